@@ -1,0 +1,62 @@
+"""The private executor seam: run an operation's statements on a connection.
+
+Operations (``portqueue.operations``) are generators that yield a ``Query`` and
+receive its rows; they hold all behaviour and do no I/O. The runners below
+drive them on a sync or an async executor, so ``PortQueue`` and
+``AsyncPortQueue`` (and every ``tx=`` adapter) share one implementation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg.rows import dict_row
+
+from portqueue.queries import Query
+
+T = TypeVar("T")
+Rows = list[dict[str, Any]]
+Operation = Generator[Query, Rows, T]
+
+
+def run_sync(operation: Operation[T], query: Query, execute: Callable[[Query], Rows]) -> T:
+    """Drive ``operation`` from its first ``query`` (already taken) to its result."""
+    try:
+        while True:
+            query = operation.send(execute(query))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+async def run_async(
+    operation: Operation[T], query: Query, execute: Callable[[Query], Awaitable[Rows]]
+) -> T:
+    """Drive ``operation`` from its first ``query`` (already taken) to its result."""
+    try:
+        while True:
+            query = operation.send(await execute(query))
+    except StopIteration as stop:
+        return stop.value  # type: ignore[no-any-return]
+
+
+def execute_sync(conn: psycopg.Connection[Any], query: Query) -> Rows:
+    with conn.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(query.sql, query.params)
+        return cursor.fetchall() if cursor.description else []
+
+
+async def execute_async(conn: psycopg.AsyncConnection[Any], query: Query) -> Rows:
+    async with conn.cursor(row_factory=dict_row) as cursor:
+        await cursor.execute(query.sql, query.params)
+        return await cursor.fetchall() if cursor.description else []
+
+
+def call_blocking_sync(function: Callable[[], T]) -> T:
+    return function()
+
+
+async def call_blocking_async(function: Callable[[], T]) -> T:
+    return await asyncio.to_thread(function)

@@ -1,0 +1,56 @@
+"""Schema migrations (Alembic), serialised across processes by an advisory lock."""
+
+from __future__ import annotations
+
+import io
+import zlib
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+from psycopg import sql
+from sqlalchemy import create_engine
+from sqlalchemy.pool import NullPool
+
+from portqueue.resources import resource_dir
+from portqueue.validation import schema_name
+
+
+def _lock_key(schema: str) -> int:
+    # One lock per schema, stable across processes and Python versions.
+    return zlib.crc32(f"portqueue.migrate:{schema}".encode())
+
+
+def _config(schema: str, output: io.StringIO | None = None) -> Config:
+    config = Config(output_buffer=output) if output is not None else Config()
+    config.set_main_option("script_location", str(resource_dir("migrations")))
+    config.attributes["schema"] = schema
+    config.attributes["quoted_schema"] = sql.Identifier(schema).as_string()
+    config.attributes["lock_key"] = _lock_key(schema)
+    return config
+
+
+def migrate(dsn: str, *, schema: str = "portqueue", revision: str = "head") -> None:
+    """Bring ``schema`` up to ``revision``; safe to run from many processes at once."""
+    schema = schema_name(schema)
+    engine = create_engine(
+        "postgresql+psycopg://",
+        creator=lambda: psycopg.connect(dsn, application_name="portqueue:migrate"),
+        poolclass=NullPool,
+    )
+    try:
+        with engine.connect() as connection:
+            config = _config(schema)
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+def migration_sql(*, schema: str = "portqueue", revision: str = "head") -> str:
+    """The SQL ``migrate`` would run on an empty database, without touching one."""
+    schema = schema_name(schema)
+    output = io.StringIO()
+    command.upgrade(_config(schema, output), revision, sql=True)
+    return output.getvalue()

@@ -1,0 +1,547 @@
+"""Every producing, managing and reading behaviour, once, without I/O.
+
+Each operation is a generator: it yields ``Query`` objects, receives their rows,
+and returns a result dataclass. ``portqueue.driver`` runs them on a pool
+connection or on a caller's transaction, sync or async.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from croniter import croniter
+
+from portqueue import validation
+from portqueue.driver import Operation, Rows
+from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
+from portqueue.ids import uuid7
+from portqueue.queries import Queries
+from portqueue.settings import Settings
+from portqueue.types import (
+    AddJobResult,
+    Backoff,
+    BackoffStrategy,
+    CancelOutcome,
+    CancelResult,
+    CronSpec,
+    DeduplicationReason,
+    JobSnapshot,
+    JobStatus,
+    Page,
+    PauseMode,
+    QueueInfo,
+    QueueStats,
+    Retention,
+    RetryPolicy,
+    Schedule,
+    ScheduleInfo,
+)
+from portqueue.validation import JobSpec
+
+# A skipped entry whose winner finished (singleton) or was removed between our
+# INSERT and the look-up is tried again; more rounds than this means a storm of
+# concurrent writers on one key, which is reported rather than looped on.
+MAX_CONFLICT_ROUNDS = 5
+
+
+# --- decoding: drivers differ (psycopg, psycopg2, Django) in what they return ---
+
+
+def _id(value: Any) -> str:
+    return str(value) if isinstance(value, uuid.UUID) else str(uuid.UUID(str(value)))
+
+
+def _optional_id(value: Any) -> str | None:
+    return None if value is None else _id(value)
+
+
+def _json(value: Any) -> Any:
+    # Django's psycopg backend hands jsonb back as text; psycopg decodes it.
+    return json.loads(value) if isinstance(value, (str, bytes, bytearray)) else value
+
+
+def _utc(value: datetime) -> datetime:
+    return value.astimezone(timezone.utc)
+
+
+def _optional_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else _utc(value)
+
+
+def _retry(row: dict[str, Any]) -> RetryPolicy | None:
+    if row["max_attempts"] is None:
+        return None
+    return RetryPolicy(
+        max_attempts=row["max_attempts"],
+        delay_seconds=row["retry_delay_seconds"] or 0,
+        backoff=Backoff(
+            strategy=BackoffStrategy(row["backoff_strategy"] or "fixed"),
+            factor=row["backoff_factor"] if row["backoff_factor"] is not None else 2.0,
+            max_delay_seconds=row["backoff_max_delay_seconds"],
+            jitter=bool(row["backoff_jitter"]),
+        ),
+    )
+
+
+def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
+    retry = _retry(row)
+    assert retry is not None
+    return JobSnapshot(
+        job_id=_id(row["id"]),
+        queue=row["queue"],
+        status=JobStatus(row["status"]),
+        data=_json(row["data"]),
+        priority=row["priority"],
+        attempt=row["attempt"],
+        max_attempts=row["max_attempts"],
+        group_id=row["group_id"],
+        idempotency_key=row["idempotency_key"],
+        singleton_key=row["singleton_key"],
+        preferred_instance_key_pattern=row["preferred_instance_key_pattern"],
+        schedule_id=_optional_id(row["schedule_id"]),
+        created_at=_utc(row["created_at"]),
+        start_after=_utc(row["start_after"]),
+        started_at=_optional_utc(row["started_at"]),
+        finished_at=_optional_utc(row["finished_at"]),
+        expire_at=_optional_utc(row["expire_at"]),
+        retention_ttl_seconds=row["retention_ttl_seconds"],
+        output=_json(row["output"]),
+        errors=_json(row["errors"]),
+        progress=row["progress"],
+        attrs=_json(row["attrs"]),
+        cancel_requested=row["cancel_requested_at"] is not None,
+        source_job_id=_optional_id(row["source_job_id"]),
+        retry=retry,
+        timeout_seconds=row["timeout_seconds"],
+        scheduled_for=_optional_utc(row["scheduled_for"]),
+    )
+
+
+def queue_info(row: dict[str, Any]) -> QueueInfo:
+    return QueueInfo(
+        queue=row["name"],
+        paused=None if row["paused"] is None else PauseMode(row["paused"]),
+        created_at=_utc(row["created_at"]),
+        concurrency=row["concurrency"],
+        retry=_retry(row),
+        expire_in_seconds=row["expire_in_seconds"],
+        retention=Retention(
+            ttl_seconds=row["retention_ttl_seconds"],
+            keep_completed=row["retention_keep_completed"],
+            keep_failed=row["retention_keep_failed"],
+        ),
+        timeout_seconds=row["timeout_seconds"],
+        lease_seconds=row["lease_seconds"],
+        dead_letter_queue=row["dead_letter_queue"],
+    )
+
+
+def schedule_info(row: dict[str, Any]) -> ScheduleInfo:
+    return ScheduleInfo(
+        schedule_id=_id(row["id"]),
+        queue=row["queue"],
+        cron=row["cron"],
+        tz=row["tz"],
+        every_seconds=row["every_seconds"],
+        next_run_at=_utc(row["next_run_at"]),
+        last_run_at=_optional_utc(row["last_run_at"]),
+        last_job_id=_optional_id(row["last_job_id"]),
+        enabled=row["enabled"],
+        data=_json(row["data"]),
+        idempotency_key=row["idempotency_key"],
+        created_at=_utc(row["created_at"]),
+    )
+
+
+def _added(job_id: Any, queue: str, row: dict[str, Any]) -> AddJobResult:
+    return AddJobResult(
+        job_id=_id(job_id),
+        queue=queue,
+        status=JobStatus(row["status"]),
+        start_after=_utc(row["start_after"]),
+    )
+
+
+# --- producing ---
+
+
+def add_jobs(q: Queries, queue: str, specs: Sequence[JobSpec]) -> Operation[list[AddJobResult]]:
+    """Insert ``specs`` in one statement; a skipped entry returns its key's winner."""
+    results: dict[int, AddJobResult] = {}
+    todo = list(enumerate(specs))
+    for _ in range(MAX_CONFLICT_ROUNDS):
+        batch = "[" + ",".join(spec.as_json() for _, spec in todo) + "]"
+        rows = yield q("add_jobs", queue=queue, jobs=batch)
+        if any(row["outcome"] == "paused" for row in rows):
+            raise QueuePausedError(queue)
+        added = {_id(row["id"]): row for row in rows}
+        skipped = []
+        for index, spec in todo:
+            if spec.id in added:
+                results[index] = _added(spec.id, queue, added[spec.id])
+            else:
+                skipped.append((index, spec))
+        if not skipped:
+            break
+        owners = yield q(
+            "find_conflicts",
+            queue=queue,
+            idempotency_keys=[s.idempotency_key for _, s in skipped if s.idempotency_key],
+            singleton_keys=[s.singleton_key for _, s in skipped if s.singleton_key],
+        )
+        todo = []
+        for index, spec in skipped:
+            duplicate = _duplicate_of(spec, owners, queue)
+            if duplicate is None:
+                todo.append((index, spec))
+            else:
+                results[index] = duplicate
+        if not todo:
+            break
+    else:
+        raise PortQueueError(
+            f"could not add {len(todo)} job(s) to {queue!r}: their keys kept changing owner"
+        )
+    return [results[index] for index in range(len(specs))]
+
+
+def _duplicate_of(spec: JobSpec, owners: Rows, queue: str) -> AddJobResult | None:
+    # Idempotency is checked first: it is the stronger, permanent identity.
+    checks = (
+        (DeduplicationReason.IDEMPOTENCY, "idempotency_key", spec.idempotency_key),
+        (DeduplicationReason.SINGLETON, "singleton_key", spec.singleton_key),
+    )
+    for reason, column, key in checks:
+        if key is None:
+            continue
+        for row in owners:
+            live = reason is DeduplicationReason.IDEMPOTENCY or row["status"] in (
+                "pending",
+                "active",
+            )
+            if row[column] == key and live:
+                result = _added(row["id"], queue, row)
+                return AddJobResult(
+                    job_id=result.job_id,
+                    queue=queue,
+                    status=result.status,
+                    start_after=result.start_after,
+                    deduplicated=True,
+                    deduplication_reason=reason,
+                )
+    return None
+
+
+def next_run_at(schedule: Schedule, now: datetime) -> datetime:
+    """The first tick strictly after ``now`` (the database clock)."""
+    if schedule.start_every_seconds is not None:
+        return _utc(now + timedelta(seconds=schedule.start_every_seconds))
+    assert isinstance(schedule.cron, CronSpec)
+    local_now = now.astimezone(ZoneInfo(schedule.cron.tz))
+    tick: datetime = croniter(schedule.cron.pattern, local_now).get_next(datetime)
+    return _utc(tick)
+
+
+def add_schedule(
+    q: Queries, queue: str, spec: JobSpec, schedule: Schedule
+) -> Operation[AddJobResult]:
+    """Store a recurring add; every option of ``spec`` but its data is the job template."""
+    template = json.loads(spec.as_json())
+    for key in ("id", "data", "idempotency_key", "start_after_seconds"):
+        template.pop(key, None)
+    cron = schedule.cron if isinstance(schedule.cron, CronSpec) else None
+    for _ in range(MAX_CONFLICT_ROUNDS):
+        (clock,) = yield q("now")
+        schedule_id = uuid7()
+        rows = yield q(
+            "add_schedule",
+            id=schedule_id,
+            queue=queue,
+            cron=None if cron is None else cron.pattern,
+            tz="UTC" if cron is None else cron.tz,
+            every_seconds=schedule.start_every_seconds,
+            next_run_at=next_run_at(schedule, clock["now"]),
+            data=spec.data_json,
+            job_options=json.dumps(template),
+            idempotency_key=spec.idempotency_key,
+        )
+        if any(row["outcome"] == "paused" for row in rows):
+            raise QueuePausedError(queue)
+        if rows:
+            return _scheduled(queue, rows[0])
+        existing = yield q(
+            "find_schedule_by_key", queue=queue, idempotency_key=spec.idempotency_key
+        )
+        if existing:
+            return _scheduled(queue, existing[0], deduplicated=True)
+    raise PortQueueError(f"could not add a schedule to {queue!r}: its key kept changing owner")
+
+
+def _scheduled(queue: str, row: dict[str, Any], *, deduplicated: bool = False) -> AddJobResult:
+    return AddJobResult(
+        job_id=None,
+        queue=queue,
+        status=None,
+        start_after=None,
+        deduplicated=deduplicated,
+        deduplication_reason=DeduplicationReason.IDEMPOTENCY if deduplicated else None,
+        schedule_id=_id(row["id"]),
+        next_run_at=_utc(row["next_run_at"]),
+    )
+
+
+# --- managing ---
+
+
+def retry_job(q: Queries, job_id: str) -> Operation[AddJobResult | None]:
+    rows = yield q("retry_job", job_id=job_id)
+    if rows:
+        return _added(rows[0]["id"], rows[0]["queue"], rows[0])
+    holders = yield q("singleton_holder", job_id=job_id)
+    if not holders:
+        return None  # unknown, or active
+    holder = _added(holders[0]["id"], holders[0]["queue"], holders[0])
+    return AddJobResult(
+        job_id=holder.job_id,
+        queue=holder.queue,
+        status=holder.status,
+        start_after=holder.start_after,
+        deduplicated=True,
+        deduplication_reason=DeduplicationReason.SINGLETON,
+    )
+
+
+def cancel_job(q: Queries, job_id: str) -> Operation[CancelResult]:
+    rows = yield q("cancel_job", job_id=job_id, cancel_channel=q.cancel_channel)
+    if not rows:
+        outcome = CancelOutcome.NOT_FOUND
+    elif rows[0]["cancelled"]:
+        outcome = CancelOutcome.CANCELLED
+    elif rows[0]["signalled"]:
+        outcome = CancelOutcome.SIGNALLED
+    else:
+        outcome = CancelOutcome.ALREADY_FINISHED
+    return CancelResult(job_id=job_id, outcome=outcome)
+
+
+def remove_job(q: Queries, job_id: str) -> Operation[bool]:
+    rows = yield q("remove_job", job_id=job_id)
+    return bool(rows)
+
+
+def remove_jobs_by_id(q: Queries, job_ids: list[str]) -> Operation[int]:
+    if not job_ids:
+        return 0
+    rows = yield q("remove_jobs_by_id", job_ids=job_ids)
+    return int(rows[0]["removed"])
+
+
+def remove_jobs_by_status(q: Queries, queue: str, statuses: list[JobStatus]) -> Operation[int]:
+    if not statuses:
+        return 0
+    rows = yield q("remove_jobs_by_status", queue=queue, statuses=[s.value for s in statuses])
+    return int(rows[0]["removed"])
+
+
+def remove_schedule(q: Queries, schedule_id: str) -> Operation[bool]:
+    rows = yield q("remove_schedule", schedule_id=schedule_id)
+    return bool(rows)
+
+
+def pause_queue(q: Queries, queue: str, mode: PauseMode) -> Operation[QueueInfo]:
+    rows = yield q("pause_queue", queue=queue, mode=mode.value)
+    return queue_info(rows[0])
+
+
+def resume_queue(q: Queries, queue: str) -> Operation[QueueInfo]:
+    rows = yield q("resume_queue", queue=queue)
+    return queue_info(rows[0])
+
+
+# --- reading ---
+
+
+def get_job(q: Queries, job_id: str) -> Operation[JobSnapshot | None]:
+    rows = yield q("jobs_by_id", job_ids=[job_id])
+    return job_snapshot(rows[0]) if rows else None
+
+
+def get_jobs(
+    q: Queries,
+    queue: str,
+    statuses: list[JobStatus] | None,
+    group_id: str | None,
+    limit: int,
+    offset: int,
+) -> Operation[Page[JobSnapshot]]:
+    filters = {
+        "queue": queue,
+        "statuses": None if statuses is None else [s.value for s in statuses],
+        "group_id": group_id,
+    }
+    ids = yield q("job_page", limit=limit, offset=offset, **filters)
+    (count,) = yield q("job_count", **filters)
+    if not ids:
+        return Page(items=[], total=int(count["total"]))
+    rows = yield q("jobs_by_id", job_ids=[_id(row["id"]) for row in ids])
+    return Page(items=[job_snapshot(row) for row in rows], total=int(count["total"]))
+
+
+def get_queue_stats(q: Queries, queue: str) -> Operation[QueueStats]:
+    (row,) = yield q("queue_stats", queue=queue)
+    found = _json(row["counts"])
+    return QueueStats(
+        queue=queue,
+        counts={status: int(found.get(status.value, 0)) for status in JobStatus},
+        paused=None if row["paused"] is None else PauseMode(row["paused"]),
+        oldest_pending_seconds=row["oldest_pending_seconds"],
+    )
+
+
+def get_queues(q: Queries, limit: int, offset: int) -> Operation[Page[QueueInfo]]:
+    rows = yield q("queue_page", limit=limit, offset=offset)
+    (count,) = yield q("queue_count")
+    return Page(items=[queue_info(row) for row in rows], total=int(count["total"]))
+
+
+def get_schedules(
+    q: Queries, queue: str | None, enabled: bool | None, limit: int, offset: int
+) -> Operation[Page[ScheduleInfo]]:
+    filters = {"queue": queue, "enabled": enabled}
+    rows = yield q("schedule_page", limit=limit, offset=offset, **filters)
+    (count,) = yield q("schedule_count", **filters)
+    return Page(items=[schedule_info(row) for row in rows], total=int(count["total"]))
+
+
+# --- entry points: validate the public arguments, then run the behaviour ---
+# Validation happens when the client takes the first query, before it even
+# borrows a connection, so bad input never reaches the database.
+
+
+def add_job(settings: Settings, options: dict[str, Any]) -> Operation[AddJobResult]:
+    queue = validation.queue_name(options.pop("queue"))
+    spec, schedule = validation.job_spec(
+        options, instance_key=settings.instance_key, max_payload_bytes=settings.max_payload_bytes
+    )
+    if schedule is not None and schedule.recurring:
+        return (yield from add_schedule(settings.queries, queue, spec, schedule))
+    (result,) = yield from add_jobs(settings.queries, queue, [spec])
+    return result
+
+
+def add_job_batch(
+    settings: Settings, queue: str, jobs: Sequence[Mapping[str, Any]]
+) -> Operation[list[AddJobResult]]:
+    queue = validation.queue_name(queue)
+    specs = []
+    for index, entry in enumerate(validation.job_entries(jobs)):
+        prefix = f"jobs[{index}]."
+        options = {key: value for key, value in entry.items() if key != "tx"}
+        spec, schedule = validation.job_spec(
+            options,
+            instance_key=settings.instance_key,
+            max_payload_bytes=settings.max_payload_bytes,
+            prefix=prefix,
+        )
+        if schedule is not None and schedule.recurring:
+            # Each recurrence needs its own add_job call to return its schedule_id.
+            raise InvalidArgument(f"{prefix}schedule", "add_jobs takes one-off jobs only")
+        specs.append(spec)
+    if not specs:
+        return []
+    return (yield from add_jobs(settings.queries, queue, specs))
+
+
+def retry(settings: Settings, job_id: object) -> Operation[AddJobResult | None]:
+    return (yield from retry_job(settings.queries, validation.job_id(job_id)))
+
+
+def cancel(settings: Settings, job_id: object) -> Operation[CancelResult]:
+    return (yield from cancel_job(settings.queries, validation.job_id(job_id)))
+
+
+def remove(settings: Settings, job_id: object) -> Operation[bool]:
+    return (yield from remove_job(settings.queries, validation.job_id(job_id)))
+
+
+def remove_many(
+    settings: Settings, job_ids: object, queue: object, statuses: object
+) -> Operation[int]:
+    if (job_ids is None) == (queue is None):
+        raise InvalidArgument("job_ids", "pass either job_ids, or queue with statuses")
+    if job_ids is not None:
+        if statuses is not None:
+            raise InvalidArgument("statuses", "goes with queue, not with job_ids")
+        return (yield from remove_jobs_by_id(settings.queries, validation.job_ids(job_ids)))
+    if statuses is None:
+        raise InvalidArgument("statuses", "is required with queue")
+    checked = validation.statuses(statuses, allow_active=False)
+    assert checked is not None
+    return (
+        yield from remove_jobs_by_status(settings.queries, validation.queue_name(queue), checked)
+    )
+
+
+def unschedule(settings: Settings, schedule_id: object) -> Operation[bool]:
+    return (
+        yield from remove_schedule(settings.queries, validation.job_id(schedule_id, "schedule_id"))
+    )
+
+
+def pause(settings: Settings, queue: object, mode: object) -> Operation[QueueInfo]:
+    return (
+        yield from pause_queue(
+            settings.queries, validation.queue_name(queue), validation.pause_mode(mode)
+        )
+    )
+
+
+def resume(settings: Settings, queue: object) -> Operation[QueueInfo]:
+    return (yield from resume_queue(settings.queries, validation.queue_name(queue)))
+
+
+def read_job(settings: Settings, job_id: object) -> Operation[JobSnapshot | None]:
+    return (yield from get_job(settings.queries, validation.job_id(job_id)))
+
+
+def read_jobs(
+    settings: Settings,
+    queue: object,
+    statuses: object,
+    group_id: object,
+    limit: object,
+    offset: object,
+) -> Operation[Page[JobSnapshot]]:
+    window = validation.window(limit, offset)
+    return (
+        yield from get_jobs(
+            settings.queries,
+            validation.queue_name(queue),
+            validation.statuses(statuses),
+            validation.optional_text("group_id", group_id),
+            *window,
+        )
+    )
+
+
+def read_queue_stats(settings: Settings, queue: object) -> Operation[QueueStats]:
+    return (yield from get_queue_stats(settings.queries, validation.queue_name(queue)))
+
+
+def read_queues(settings: Settings, limit: object, offset: object) -> Operation[Page[QueueInfo]]:
+    return (yield from get_queues(settings.queries, *validation.window(limit, offset)))
+
+
+def read_schedules(
+    settings: Settings, queue: object, enabled: object, limit: object, offset: object
+) -> Operation[Page[ScheduleInfo]]:
+    window = validation.window(limit, offset)
+    if enabled is not None and not isinstance(enabled, bool):
+        raise InvalidArgument("enabled", "must be a bool or None")
+    checked_queue = None if queue is None else validation.queue_name(queue)
+    return (yield from get_schedules(settings.queries, checked_queue, enabled, *window))

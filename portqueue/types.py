@@ -1,0 +1,203 @@
+"""Public enums, option groups and result dataclasses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import Enum
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class JobStatus(str, Enum):
+    """A job's place in its life; the same six values as the ``job_status`` SQL enum."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+    @property
+    def finished(self) -> bool:
+        return self in FINISHED_STATUSES
+
+
+FINISHED_STATUSES = frozenset(
+    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED}
+)
+
+
+class PauseMode(str, Enum):
+    """``PROCESSING`` stops claiming but keeps accepting adds; ``ALL`` also refuses adds."""
+
+    PROCESSING = "processing"
+    ALL = "all"
+
+
+class BackoffStrategy(str, Enum):
+    FIXED = "fixed"
+    LINEAR = "linear"
+    EXPONENTIAL = "exponential"
+
+
+class CancelOutcome(str, Enum):
+    CANCELLED = "cancelled"
+    SIGNALLED = "signalled"
+    NOT_FOUND = "not_found"
+    ALREADY_FINISHED = "already_finished"
+
+
+class DeduplicationReason(str, Enum):
+    IDEMPOTENCY = "IDEMPOTENCY"
+    SINGLETON = "SINGLETON"
+
+
+# --- option groups (a dict with the same keys is accepted wherever these are) ---
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delay before attempt n+1 = delay * (1 | n | factor^(n-1)), capped, optionally jittered."""
+
+    strategy: BackoffStrategy = BackoffStrategy.FIXED
+    factor: float = 2.0
+    max_delay_seconds: int | None = None
+    jitter: bool = False
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """``max_attempts`` counts every attempt, the first included (1 = no retry)."""
+
+    max_attempts: int = 1
+    delay_seconds: int = 0
+    backoff: Backoff = field(default_factory=Backoff)
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How long a finished job is kept; ``ttl_seconds=0`` prunes it on the next pass."""
+
+    ttl_seconds: int | None = None
+    keep_completed: int | None = None
+    keep_failed: int | None = None
+
+
+@dataclass(frozen=True)
+class CronSpec:
+    pattern: str
+    tz: str = "UTC"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Exactly one mode: a one-off delay, a recurring interval, or a recurring cron."""
+
+    start_after_seconds: int | None = None
+    start_every_seconds: int | None = None
+    cron: str | CronSpec | None = None
+
+    @property
+    def recurring(self) -> bool:
+        return self.start_every_seconds is not None or self.cron is not None
+
+
+# --- results ---
+
+
+@dataclass(frozen=True)
+class AddJobResult:
+    job_id: str | None
+    queue: str
+    status: JobStatus | None
+    start_after: datetime | None
+    deduplicated: bool = False
+    deduplication_reason: DeduplicationReason | None = None
+    schedule_id: str | None = None
+    next_run_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    job_id: str
+    queue: str
+    status: JobStatus
+    data: Any
+    priority: int
+    attempt: int
+    max_attempts: int
+    group_id: str | None
+    idempotency_key: str | None
+    singleton_key: str | None
+    preferred_instance_key_pattern: str | None
+    schedule_id: str | None
+    created_at: datetime
+    start_after: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    expire_at: datetime | None
+    retention_ttl_seconds: int | None
+    output: Any
+    errors: list[dict[str, Any]]
+    progress: float | None
+    attrs: dict[str, Any]
+    cancel_requested: bool
+    source_job_id: str | None
+    retry: RetryPolicy
+    timeout_seconds: int | None
+    scheduled_for: datetime | None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    queue: str
+    counts: dict[JobStatus, int]
+    paused: PauseMode | None
+    oldest_pending_seconds: float | None
+
+
+@dataclass(frozen=True)
+class QueueInfo:
+    queue: str
+    paused: PauseMode | None
+    created_at: datetime
+    concurrency: int | None
+    retry: RetryPolicy | None
+    expire_in_seconds: int | None
+    retention: Retention
+    timeout_seconds: int | None
+    lease_seconds: int | None
+    dead_letter_queue: str | None
+
+
+@dataclass(frozen=True)
+class ScheduleInfo:
+    schedule_id: str
+    queue: str
+    cron: str | None
+    tz: str
+    every_seconds: int | None
+    next_run_at: datetime
+    last_run_at: datetime | None
+    last_job_id: str | None
+    enabled: bool
+    data: Any
+    idempotency_key: str | None
+    created_at: datetime
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    job_id: str
+    outcome: CancelOutcome
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One window of a list read; another page follows while offset + len(items) < total."""
+
+    items: list[T]
+    total: int

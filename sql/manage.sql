@@ -1,0 +1,112 @@
+-- Managing: retry, cancel, remove, pause and resume. Every transition is a
+-- guarded UPDATE/DELETE whose returned rows say whether it happened.
+
+-- name: retry_job
+-- Re-arms a job's own row. Never an active one: clearing its lease would let
+-- a second worker claim it while the first still runs it. Errors are kept as
+-- history. A singleton job is not re-armed while another job holds its key
+-- (the unique index would raise and abort the caller's transaction).
+UPDATE {schema}.job AS j
+SET status = 'pending',
+    attempt = 0,
+    start_after = now(),
+    expire_at = now() + make_interval(secs => j.expire_in_seconds),
+    started_at = NULL,
+    finished_at = NULL,
+    output = NULL,
+    progress = NULL,
+    cancel_requested_at = NULL,
+    lease_token = NULL,
+    lease_expires_at = NULL,
+    worker_id = NULL
+WHERE j.id = %(job_id)s
+  AND j.status <> 'active'
+  AND (j.singleton_key IS NULL OR j.status = 'pending' OR NOT EXISTS (
+        SELECT FROM {schema}.job AS other
+        WHERE other.queue = j.queue AND other.singleton_key = j.singleton_key
+          AND other.status IN ('pending', 'active') AND other.id <> j.id))
+RETURNING j.id, j.queue, j.status::text AS status, j.start_after;
+
+-- name: singleton_holder
+-- Why retry_job did not re-arm a job: the live job holding its singleton key.
+SELECT other.id, other.queue, other.status::text AS status, other.start_after
+FROM {schema}.job AS j
+JOIN {schema}.job AS other
+  ON other.queue = j.queue AND other.singleton_key = j.singleton_key
+ AND other.status IN ('pending', 'active') AND other.id <> j.id
+WHERE j.id = %(job_id)s AND j.status <> 'active';
+
+-- name: cancel_job
+-- pending -> cancelled at once; active -> the cancel request is recorded and
+-- announced on the cancel channel, so whichever worker runs it sets the
+-- handler's signal (the worker's poll re-reads cancel_requested_at too).
+-- The row lock makes the two branches exclusive against a concurrent claim.
+WITH target AS (
+    SELECT id, status FROM {schema}.job WHERE id = %(job_id)s FOR UPDATE
+),
+cancelled AS (
+    UPDATE {schema}.job AS j
+    SET status = 'cancelled', finished_at = now()
+    FROM target
+    WHERE j.id = target.id AND target.status = 'pending'
+    RETURNING j.id
+),
+signalled AS (
+    UPDATE {schema}.job AS j
+    SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
+    FROM target
+    WHERE j.id = target.id AND target.status = 'active'
+    RETURNING j.id, pg_notify(%(cancel_channel)s, j.id::text)
+)
+SELECT target.status::text AS previous_status,
+       EXISTS (SELECT FROM cancelled) AS cancelled,
+       EXISTS (SELECT FROM signalled) AS signalled
+FROM target;
+
+-- name: remove_job
+DELETE FROM {schema}.job
+WHERE id = %(job_id)s AND status <> 'active'
+RETURNING id;
+
+-- name: remove_jobs_by_id
+WITH removed AS (
+    DELETE FROM {schema}.job
+    WHERE id = ANY(%(job_ids)s::uuid[]) AND status <> 'active'
+    RETURNING 1
+)
+SELECT count(*) AS removed FROM removed;
+
+-- name: remove_jobs_by_status
+-- statuses never contains 'active' (validated before this runs).
+WITH removed AS (
+    DELETE FROM {schema}.job
+    WHERE queue = %(queue)s AND status::text = ANY(%(statuses)s::text[])
+      AND status <> 'active'
+    RETURNING 1
+)
+SELECT count(*) AS removed FROM removed;
+
+-- name: remove_schedule
+DELETE FROM {schema}.schedule WHERE id = %(schedule_id)s RETURNING id;
+
+-- name: pause_queue
+INSERT INTO {schema}.queue AS q (name, paused, paused_at)
+VALUES (%(queue)s, %(mode)s, now())
+ON CONFLICT (name) DO UPDATE
+SET paused = excluded.paused, paused_at = now(), updated_at = now()
+RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;
+
+-- name: resume_queue
+INSERT INTO {schema}.queue AS q (name)
+VALUES (%(queue)s)
+ON CONFLICT (name) DO UPDATE
+SET paused = NULL, paused_at = NULL, updated_at = now()
+RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;

@@ -1,0 +1,112 @@
+-- Producing: adding one-off jobs and recurring schedules.
+-- {schema} is the quoted schema identifier; every value is a bound parameter.
+
+-- name: add_jobs
+-- Adds a batch in one statement (add_job is a batch of one). Each entry's
+-- options fall back to the queue's defaults, then to the built-in ones; the
+-- job stores the resolved values, so later changes to a queue's defaults do
+-- not rewrite jobs already queued. A duplicate idempotency or singleton key is
+-- skipped by ON CONFLICT DO NOTHING rather than raised: a unique violation
+-- would abort the caller's transaction. The caller looks up the winners of
+-- skipped entries afterwards (find_conflicts). A queue paused with mode 'all'
+-- takes nothing and reports it in a 'paused' row. The queue's row is created
+-- on first use; the NOT EXISTS keeps that a read on every later add.
+WITH new_queue AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT %(queue)s
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue WHERE name = %(queue)s)
+    ON CONFLICT DO NOTHING
+),
+defaults AS (
+    SELECT * FROM {schema}.queue WHERE name = %(queue)s
+),
+entries AS (
+    SELECT e.ord, r.*
+    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e (entry, ord)
+    CROSS JOIN LATERAL jsonb_to_record(e.entry) AS r (
+        id uuid, data jsonb, priority integer, start_after_seconds integer,
+        max_attempts integer, retry_delay_seconds integer, backoff_strategy text,
+        backoff_factor double precision, backoff_max_delay_seconds integer,
+        backoff_jitter boolean, expire_in_seconds integer, retention_ttl_seconds integer,
+        timeout_seconds integer, preferred_instance_key_pattern text,
+        idempotency_key text, singleton_key text, group_id text)
+),
+inserted AS (
+    INSERT INTO {schema}.job AS j (
+        id, queue, data, priority, start_after,
+        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
+        backoff_max_delay_seconds, backoff_jitter,
+        expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
+        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id)
+    SELECT
+        e.id, %(queue)s, e.data, e.priority,
+        now() + make_interval(secs => e.start_after_seconds),
+        -- a job's retry policy is taken whole, or the queue's is
+        coalesce(e.max_attempts, d.max_attempts, 1),
+        coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
+        coalesce(e.backoff_strategy, d.backoff_strategy, 'fixed'),
+        coalesce(e.backoff_factor, d.backoff_factor, 2),
+        CASE WHEN e.max_attempts IS NOT NULL THEN e.backoff_max_delay_seconds
+             ELSE d.backoff_max_delay_seconds END,
+        coalesce(e.backoff_jitter, d.backoff_jitter, false),
+        coalesce(e.expire_in_seconds, d.expire_in_seconds),
+        -- expiry bounds the wait from eligibility, so a delayed job cannot
+        -- expire before it could ever start
+        now() + make_interval(secs => e.start_after_seconds
+                                      + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
+        e.retention_ttl_seconds,
+        coalesce(e.timeout_seconds, d.timeout_seconds),
+        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id
+    FROM entries AS e
+    LEFT JOIN defaults AS d ON true
+    WHERE d.paused IS DISTINCT FROM 'all'
+    ORDER BY e.ord
+    ON CONFLICT DO NOTHING
+    RETURNING j.id, j.status, j.start_after
+)
+SELECT 'added' AS outcome, id, status::text AS status, start_after FROM inserted
+UNION ALL
+SELECT 'paused', NULL::uuid, NULL::text, NULL::timestamptz FROM defaults WHERE paused = 'all';
+
+-- name: find_conflicts
+-- The rows that won against skipped entries: an idempotency key holds for as
+-- long as its job is retained; a singleton key only while pending or active.
+SELECT id, status::text AS status, start_after, idempotency_key, singleton_key
+FROM {schema}.job
+WHERE queue = %(queue)s
+  AND (idempotency_key = ANY(%(idempotency_keys)s::text[])
+       OR (singleton_key = ANY(%(singleton_keys)s::text[])
+           AND status IN ('pending', 'active')));
+
+-- name: now
+SELECT now() AS now;
+
+-- name: add_schedule
+-- A recurring add stores a schedule, not a job: the scheduler spawns one job
+-- per tick from it. Dedup by idempotency key is against schedules only.
+WITH new_queue AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT %(queue)s
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue WHERE name = %(queue)s)
+    ON CONFLICT DO NOTHING
+),
+defaults AS (
+    SELECT paused FROM {schema}.queue WHERE name = %(queue)s
+),
+inserted AS (
+    INSERT INTO {schema}.schedule AS s (
+        id, queue, cron, tz, every_seconds, next_run_at, data, job_options, idempotency_key)
+    SELECT %(id)s, %(queue)s, %(cron)s, %(tz)s, %(every_seconds)s, %(next_run_at)s,
+           %(data)s::jsonb, %(job_options)s::jsonb, %(idempotency_key)s
+    WHERE NOT EXISTS (SELECT FROM defaults WHERE paused = 'all')
+    ON CONFLICT DO NOTHING
+    RETURNING s.id, s.next_run_at
+)
+SELECT 'added' AS outcome, id, next_run_at FROM inserted
+UNION ALL
+SELECT 'paused', NULL::uuid, NULL::timestamptz FROM defaults WHERE paused = 'all';
+
+-- name: find_schedule_by_key
+SELECT id, next_run_at
+FROM {schema}.schedule
+WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s;
