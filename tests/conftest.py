@@ -1,0 +1,108 @@
+"""Shared fixtures: a real PostgreSQL, a database per xdist worker, a migrated
+schema per worker that is emptied before each test, and both clients."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from portqueue import AsyncPortQueue, PortQueue
+from portqueue.migrate import migrate
+from tests.support.clients import BlockingAsyncClient
+from tests.support.server import server_dsn
+
+TEST_SCHEMA = "pq_test"
+
+
+def _worker_name() -> str:
+    return re.sub(r"\W", "_", os.environ.get("PYTEST_XDIST_WORKER", "main"))
+
+
+def dsn_for_database(base_dsn: str, database: str) -> str:
+    params = conninfo_to_dict(base_dsn)
+    params["dbname"] = database
+    return make_conninfo(**params)
+
+
+@pytest.fixture(scope="session")
+def pg_server_dsn() -> str:
+    return server_dsn()
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
+    """A fresh database of this test process's own (one per xdist worker)."""
+    database = f"portqueue_test_{_worker_name()}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(database)))
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    yield dsn_for_database(pg_server_dsn, database)
+
+
+@pytest.fixture(scope="session")
+def migrated_schema(pg_dsn: str) -> str:
+    migrate(pg_dsn, schema=TEST_SCHEMA)
+    return TEST_SCHEMA
+
+
+@pytest.fixture
+def db(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
+    """An autocommit connection for a test's own SQL (arranging and asserting)."""
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        yield conn
+
+
+@pytest.fixture
+def schema(migrated_schema: str, db: psycopg.Connection[Any]) -> str:
+    """The migrated test schema, emptied: every test starts from no rows."""
+    tables = sql.SQL(", ").join(
+        sql.Identifier(migrated_schema, table) for table in ("job", "schedule", "queue", "worker"))
+    db.execute(sql.SQL("TRUNCATE {}").format(tables))
+    return migrated_schema
+
+
+@pytest.fixture
+def pq(pg_dsn: str, schema: str) -> Iterator[PortQueue]:
+    with PortQueue(pg_dsn, schema=schema, instance_key="test-host-ram-8gb") as client:
+        yield client
+
+
+@pytest.fixture
+def apq_factory(pg_dsn: str, schema: str) -> Callable[..., AsyncPortQueue]:
+    def factory(**settings: Any) -> AsyncPortQueue:
+        settings.setdefault("instance_key", "test-host-ram-8gb")
+        return AsyncPortQueue(pg_dsn, schema=schema, **settings)
+
+    return factory
+
+
+@pytest.fixture(params=["sync", "async"])
+def client(request: pytest.FixtureRequest, pg_dsn: str, schema: str) -> Iterator[Any]:
+    """PortQueue, then AsyncPortQueue (driven to completion per call): one test, both clients."""
+    if request.param == "sync":
+        with PortQueue(pg_dsn, schema=schema, instance_key="test-host-ram-8gb") as sync_client:
+            yield sync_client
+    else:
+        blocking = BlockingAsyncClient(
+            lambda: AsyncPortQueue(pg_dsn, schema=schema, instance_key="test-host-ram-8gb"))
+        try:
+            yield blocking
+        finally:
+            blocking.close()
+
+
+def count_jobs(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
+    """Rows in the job table matching a literal, test-written condition."""
+    query = sql.SQL("SELECT count(*) FROM {}.job WHERE " + where).format(  # noqa: S608
+        sql.Identifier(schema))
+    row = db.execute(query).fetchone()
+    assert row is not None
+    return int(row[0])
