@@ -40,7 +40,14 @@ def run_online() -> None:
         # Before anything reads the version table: the second deployer waits
         # here, then sees the first one's work and has nothing left to do.
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock_key})
-        connection.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted_schema}"))
+        # Only when missing: CREATE SCHEMA IF NOT EXISTS still demands the
+        # CREATE privilege on the database, which an application role that
+        # merely runs an up-to-date migrate() need not have.
+        exists = connection.execute(
+            text("SELECT FROM pg_namespace WHERE nspname = :schema"), {"schema": schema}
+        ).first()
+        if exists is None:
+            connection.execute(text(f"CREATE SCHEMA {quoted_schema}"))
         context.run_migrations()
 
 

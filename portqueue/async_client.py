@@ -173,11 +173,13 @@ class AsyncPortQueue:
     ) -> AddJobResult:
         """Add one job to ``queue`` (created on first use), or a recurring schedule.
 
-        ``data`` is any JSON value (no NaN/Infinity, no NUL). Options default to
-        the queue's defaults, then to: priority 0 (higher runs first), one
-        attempt, no expiry, the client's retention. A recurring ``schedule``
-        (``start_every_seconds`` or ``cron``) stores a schedule and returns its
-        ``schedule_id`` and ``next_run_at``; the other options become the
+        ``data`` is any JSON value (no NaN/Infinity, no NUL). ``retry``,
+        ``expire_in_seconds`` and ``timeout_seconds`` default to the queue's
+        defaults, then to one attempt, no expiry, no timeout; ``priority`` is 0
+        (higher runs first); retention follows the job, else the queue, else
+        the client. A recurring ``schedule`` (``start_every_seconds`` or
+        ``cron``) stores a schedule and returns its ``schedule_id`` and
+        ``next_run_at``; the other options become the
         template of every job it spawns. A matching ``idempotency_key`` (ever)
         or ``singleton_key`` (pending/active job) returns the existing job with
         ``deduplicated=True`` instead of adding; inside ``tx`` that never aborts

@@ -142,7 +142,7 @@ class PortQueue:
         if tx is not None:
             if not isinstance(tx, SyncTx):
                 raise InvalidArgument(
-                    "tx", f"PortQueue needs an async adapter from portqueue.tx, got {tx!r}")
+                    "tx", f"PortQueue needs a sync adapter from portqueue.tx, got {tx!r}")
             return run_sync(operation, query, tx.execute)
         self._open()
         with self._pool.connection() as conn:
@@ -169,11 +169,13 @@ class PortQueue:
     ) -> AddJobResult:
         """Add one job to ``queue`` (created on first use), or a recurring schedule.
 
-        ``data`` is any JSON value (no NaN/Infinity, no NUL). Options default to
-        the queue's defaults, then to: priority 0 (higher runs first), one
-        attempt, no expiry, the client's retention. A recurring ``schedule``
-        (``start_every_seconds`` or ``cron``) stores a schedule and returns its
-        ``schedule_id`` and ``next_run_at``; the other options become the
+        ``data`` is any JSON value (no NaN/Infinity, no NUL). ``retry``,
+        ``expire_in_seconds`` and ``timeout_seconds`` default to the queue's
+        defaults, then to one attempt, no expiry, no timeout; ``priority`` is 0
+        (higher runs first); retention follows the job, else the queue, else
+        the client. A recurring ``schedule`` (``start_every_seconds`` or
+        ``cron``) stores a schedule and returns its ``schedule_id`` and
+        ``next_run_at``; the other options become the
         template of every job it spawns. A matching ``idempotency_key`` (ever)
         or ``singleton_key`` (pending/active job) returns the existing job with
         ``deduplicated=True`` instead of adding; inside ``tx`` that never aborts

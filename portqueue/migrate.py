@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import io
 import zlib
+from typing import TYPE_CHECKING
 
 import psycopg
-from alembic import command
-from alembic.config import Config
 from psycopg import sql
-from sqlalchemy import create_engine
-from sqlalchemy.pool import NullPool
 
 from portqueue.resources import resource_dir
 from portqueue.validation import schema_name
+
+if TYPE_CHECKING:
+    from alembic.config import Config
+
+# Alembic and SQLAlchemy are imported where they are used: together they are
+# about 0.3 s of `import portqueue`, which every producer and worker pays and
+# only a migration needs.
 
 
 def _lock_key(schema: str) -> int:
@@ -22,6 +26,8 @@ def _lock_key(schema: str) -> int:
 
 
 def _config(schema: str, output: io.StringIO | None = None) -> Config:
+    from alembic.config import Config
+
     config = Config(output_buffer=output) if output is not None else Config()
     config.set_main_option("script_location", str(resource_dir("migrations")))
     config.attributes["schema"] = schema
@@ -32,6 +38,10 @@ def _config(schema: str, output: io.StringIO | None = None) -> Config:
 
 def migrate(dsn: str, *, schema: str = "portqueue", revision: str = "head") -> None:
     """Bring ``schema`` up to ``revision``; safe to run from many processes at once."""
+    from alembic import command
+    from sqlalchemy import create_engine
+    from sqlalchemy.pool import NullPool
+
     schema = schema_name(schema)
     engine = create_engine(
         "postgresql+psycopg://",
@@ -48,8 +58,20 @@ def migrate(dsn: str, *, schema: str = "portqueue", revision: str = "head") -> N
         engine.dispose()
 
 
+def head_revision() -> str:
+    """The latest revision in migrations/ (what ``migrate`` brings a schema to)."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(_config("portqueue")).get_current_head()
+    if head is None:
+        raise RuntimeError("portqueue's migrations/ has no head revision")
+    return head
+
+
 def migration_sql(*, schema: str = "portqueue", revision: str = "head") -> str:
     """The SQL ``migrate`` would run on an empty database, without touching one."""
+    from alembic import command
+
     schema = schema_name(schema)
     output = io.StringIO()
     command.upgrade(_config(schema, output), revision, sql=True)

@@ -61,7 +61,9 @@ def _optional_id(value: Any) -> str | None:
 
 
 def _json(value: Any) -> Any:
-    # Django's psycopg backend hands jsonb back as text; psycopg decodes it.
+    # The read queries select JSON columns as text (psycopg would decode jsonb,
+    # Django's backend would not), so text is always undecoded JSON here and a
+    # JSON string payload such as "[1]" is never taken for a list.
     return json.loads(value) if isinstance(value, (str, bytes, bytearray)) else value
 
 
@@ -302,15 +304,17 @@ def retry_job(q: Queries, job_id: str) -> Operation[AddJobResult | None]:
     rows = yield q("retry_job", job_id=job_id)
     if rows:
         return _added(rows[0]["id"], rows[0]["queue"], rows[0])
-    holders = yield q("singleton_holder", job_id=job_id)
-    if not holders:
+    blockers = yield q("retry_blocker", job_id=job_id)
+    if not blockers:
         return None  # unknown, or active
-    holder = _added(holders[0]["id"], holders[0]["queue"], holders[0])
+    blocker = _added(blockers[0]["id"], blockers[0]["queue"], blockers[0])
+    if blocker.job_id == job_id:
+        return blocker  # pending already: nothing to re-arm
     return AddJobResult(
-        job_id=holder.job_id,
-        queue=holder.queue,
-        status=holder.status,
-        start_after=holder.start_after,
+        job_id=blocker.job_id,
+        queue=blocker.queue,
+        status=blocker.status,
+        start_after=blocker.start_after,
         deduplicated=True,
         deduplication_reason=DeduplicationReason.SINGLETON,
     )

@@ -62,7 +62,8 @@ def client_settings(
         schema=checked_schema,
         instance_key=validation.optional_text("instance_key", instance_key),
         max_payload_bytes=validation.integer(
-            "max_payload_bytes", max_payload_bytes, minimum=1, maximum=256 * 1024 * 1024),
+            "max_payload_bytes", max_payload_bytes, minimum=1,
+            maximum=validation.MAX_PAYLOAD_BYTES_LIMIT),
         pool_min_size=min_size,
         pool_max_size=max_size,
         poll_only=poll_only,

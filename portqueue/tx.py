@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 from psycopg import pq
+from psycopg.types.datetime import TimestamptzLoader
 
 from portqueue.driver import Rows, execute_async, execute_sync
 from portqueue.errors import InvalidArgument
@@ -88,6 +89,19 @@ def _check_paramstyle(dialect: Any) -> None:
         )
 
 
+def _require_sqlalchemy_transaction(driver_connection: Any) -> None:
+    # With isolation_level="AUTOCOMMIT" SQLAlchemy's begin/commit/rollback never
+    # reach the server: each statement commits on its own, so the job would
+    # survive the caller's rollback. (`info` is psycopg 3's and psycopg2's.)
+    info = getattr(driver_connection, "info", None)
+    idle = info is None or info.transaction_status == pq.TransactionStatus.IDLE
+    if getattr(driver_connection, "autocommit", False) and idle:
+        raise InvalidArgument(
+            "tx", "the SQLAlchemy connection runs with isolation_level='AUTOCOMMIT', where "
+            "each statement commits on its own; use a connection or session without it"
+        )
+
+
 def from_sqlalchemy(session_or_connection: Any) -> SyncTx | AsyncTx:
     """Join the transaction of a SQLAlchemy ``Session``, ``Connection``, ``AsyncSession`` or
     ``AsyncConnection`` (psycopg or psycopg2 driver)."""
@@ -101,6 +115,7 @@ def from_sqlalchemy(session_or_connection: Any) -> SyncTx | AsyncTx:
         def execute_in_sync(query: Query) -> Rows:
             conn = target.connection() if isinstance(target, Session) else target
             _check_paramstyle(conn.dialect)
+            _require_sqlalchemy_transaction(conn.connection.driver_connection)
             return _mappings(conn.exec_driver_sql(query.sql, dict(query.params)))
 
         return SyncTx(execute_in_sync, f"sqlalchemy {type(target).__name__}")
@@ -109,6 +124,7 @@ def from_sqlalchemy(session_or_connection: Any) -> SyncTx | AsyncTx:
         async def execute_in_async(query: Query) -> Rows:
             conn = await target.connection() if isinstance(target, AsyncSession) else target
             _check_paramstyle(conn.dialect)
+            _require_sqlalchemy_transaction((await conn.get_raw_connection()).driver_connection)
             return _mappings(await conn.exec_driver_sql(query.sql, dict(query.params)))
 
         return AsyncTx(execute_in_async, f"sqlalchemy {type(target).__name__}")
@@ -121,8 +137,12 @@ def from_sqlalchemy(session_or_connection: Any) -> SyncTx | AsyncTx:
 def from_django(using: str = "default") -> SyncTx:
     """Join the current ``transaction.atomic()`` block of Django database ``using``."""
     from django.db import connections
+    from django.utils.connection import ConnectionDoesNotExist
 
-    connection = connections[using]
+    try:
+        connection = connections[using]
+    except ConnectionDoesNotExist:
+        raise InvalidArgument("using", f"no database {using!r} in settings.DATABASES") from None
 
     def execute_in_atomic(query: Query) -> Rows:
         # Outside atomic() Django autocommits each statement, so the job would
@@ -130,6 +150,14 @@ def from_django(using: str = "default") -> SyncTx:
         if not connection.in_atomic_block:
             raise InvalidArgument("tx", "from_django() must be used inside transaction.atomic()")
         with connection.cursor() as cursor:
+            # With USE_TZ=False Django loads timestamptz as naive datetimes in
+            # its TIME_ZONE, which portqueue would read as the process's local
+            # time: results and schedules' next_run_at came out hours off. This
+            # cursor loads them aware, as psycopg does. (Django picks psycopg 3,
+            # which portqueue requires, over psycopg2; `adapters` is psycopg 3's.)
+            adapters = getattr(cursor.cursor, "adapters", None)
+            if adapters is not None:
+                adapters.register_loader("timestamptz", TimestamptzLoader)
             cursor.execute(query.sql, dict(query.params))
             if cursor.description is None:
                 return []

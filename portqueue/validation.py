@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields, is_dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -36,6 +38,12 @@ MAX_KEY_LENGTH = 512
 MAX_PAGE = 500
 DEFAULT_PAGE = 50
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
+# The highest max_payload_bytes a client may set. Postgres parses the payload
+# as jsonb, which can take ~6x the text for dense shapes ([0,0,...]): a 48 MiB
+# array of zeros fails mid-statement ("invalid memory alloc request size"),
+# aborting the caller's transaction, where 32 MiB still passes. 16 MiB keeps a
+# 2x margin, the batch wrapper included.
+MAX_PAYLOAD_BYTES_LIMIT = 16 * 1024 * 1024
 
 # Quoted everywhere, but still restricted: the schema name also forms NOTIFY
 # channel names, which Postgres truncates at 63 bytes.
@@ -43,6 +51,13 @@ _SCHEMA_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,47}")
 # A NUL escape preceded by an even number of backslashes is a real U+0000,
 # which jsonb cannot store ("unsupported Unicode escape sequence").
 _JSON_NUL_RE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+# See _check_structure: far below Python's default recursion limit (1000),
+# so any reader can decode what was accepted, however deep its own stack.
+MAX_PAYLOAD_DEPTH = 200
+# Python writes floats from 1e16 up with an exponent (see _encode_big_floats).
+_FLOAT_EXPONENT_FROM = 1e16
+_FLOAT_PLACEHOLDER_RE = re.compile(r'"\\u0000(\d+)\\u0000"')
 
 E = TypeVar("E")
 
@@ -52,6 +67,13 @@ def schema_name(value: object) -> str:
         raise InvalidArgument(
             "schema", f"must be a letter or _ then up to 47 letters, digits or _; got {value!r}"
         )
+    # Postgres reserves the pg_ prefix (CREATE SCHEMA fails half-way through a
+    # migration; pg_catalog and pg_toast are the catalogs themselves), and
+    # information_schema is the SQL-standard system schema that pg_dump skips:
+    # portqueue's tables there would be silently missing from every backup.
+    # The check is case-sensitive like Postgres's own: "PG_x" is an ordinary name.
+    if value.startswith("pg_") or value == "information_schema":
+        raise InvalidArgument("schema", f"{value!r} is a Postgres system schema name")
     return value
 
 
@@ -146,10 +168,97 @@ def window(limit: object, offset: object) -> tuple[int, int]:
     )
 
 
+def _encode_json(value: object) -> str:
+    return json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+
+
+def _checked_size(argument: str, encoded: str, max_bytes: int) -> None:
+    try:
+        size = len(encoded.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidArgument(argument, "contains a lone surrogate (invalid Unicode)") from None
+    if size > max_bytes:
+        raise PayloadTooLarge(argument, f"is {size} bytes encoded, over the {max_bytes} limit")
+
+
+def _check_structure(argument: str, value: object) -> bool:
+    """Walk an encodable value (no cycles: json.dumps checked); True if it holds a big float.
+
+    Object keys must be strings: json.dumps silently turns {1: "a"} into
+    {"1": "a"}, so the job would read back different keys, and {1: "a", "1": "b"}
+    would lose a value to jsonb's last-duplicate-wins rule. Depth is capped
+    because every reader decodes the payload recursively: a payload a writer
+    could encode near Python's recursion limit would raise RecursionError in a
+    reader (or claiming worker) running on a deeper stack, a job that can be
+    added but never read, and Postgres itself refuses ~100k levels.
+    """
+    if not isinstance(value, (dict, list, tuple)):
+        return isinstance(value, float) and not -_FLOAT_EXPONENT_FROM < value < _FLOAT_EXPONENT_FROM
+    has_big_float = False
+    # Iterative, and only containers are pushed: this runs on every add.
+    stack: list[tuple[dict[Any, Any] | list[Any] | tuple[Any, ...], int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise InvalidArgument(
+                argument, f"is nested deeper than {MAX_PAYLOAD_DEPTH} arrays/objects"
+            )
+        if isinstance(container, dict):
+            for key in container:
+                if not isinstance(key, str):
+                    raise InvalidArgument(
+                        argument,
+                        f"has a {type(key).__name__} object key {key!r}; JSON keys are strings",
+                    )
+            children: Iterable[Any] = container.values()
+        else:
+            children = container
+        for child in children:
+            if isinstance(child, (dict, list, tuple)):
+                stack.append((child, depth + 1))
+            elif isinstance(child, float) and not (
+                -_FLOAT_EXPONENT_FROM < child < _FLOAT_EXPONENT_FROM
+            ):
+                has_big_float = True
+    return has_big_float
+
+
+def _float_text(value: float) -> str:
+    # repr is the shortest text that reads back as the same float; above 1e16
+    # it is integral, so it is written out positionally with a ".0".
+    return format(Decimal(float.__repr__(value)), "f") + ".0"
+
+
+def _encode_big_floats(value: object) -> str:
+    """Encode with floats of 1e16 and above written as e.g. 10000000000000000.0.
+
+    json.dumps writes 1e16 as "1e+16"; jsonb stores numbers as numeric, whose
+    display scale for "1e+16" is 0, so it reads back as the int 10000000000000000:
+    the float would come back as an int. With a ".0" numeric keeps one decimal
+    place and the value reads back as the same float. Each such float is first
+    swapped for a placeholder string holding NUL characters, which no accepted
+    payload can contain, then the placeholder is replaced in the encoded text.
+    """
+    floats: list[float] = []
+
+    def swap(item: object) -> object:
+        if isinstance(item, dict):
+            return {key: swap(child) for key, child in item.items()}
+        if isinstance(item, (list, tuple)):
+            return [swap(child) for child in item]
+        if isinstance(item, float) and not -_FLOAT_EXPONENT_FROM < item < _FLOAT_EXPONENT_FROM:
+            floats.append(item)
+            return f"\x00{len(floats) - 1}\x00"
+        return item
+
+    encoded = _encode_json(swap(value))
+    return _FLOAT_PLACEHOLDER_RE.sub(lambda m: _float_text(floats[int(m.group(1))]), encoded)
+
+
 def payload(argument: str, value: object, max_bytes: int) -> str:
     """Encode ``value`` as JSON once; the text is what gets sent and stored."""
     try:
-        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False, separators=(",", ":"))
+        encoded = _encode_json(value)
     except ValueError as exc:  # NaN / Infinity: not JSON, and jsonb rejects them
         raise InvalidArgument(argument, f"is not JSON: {exc}") from None
     except TypeError as exc:
@@ -158,22 +267,168 @@ def payload(argument: str, value: object, max_bytes: int) -> str:
         raise InvalidArgument(argument, "is nested too deeply to encode") from None
     if "\\u0000" in encoded and _JSON_NUL_RE.search(encoded):
         raise InvalidArgument(argument, "contains a NUL character, which jsonb cannot store")
-    try:
-        size = len(encoded.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise InvalidArgument(argument, "contains a lone surrogate (invalid Unicode)") from None
-    if size > max_bytes:
-        raise PayloadTooLarge(argument, f"is {size} bytes encoded, over the {max_bytes} limit")
+    _checked_size(argument, encoded, max_bytes)
+    if _check_structure(argument, value):
+        encoded = _encode_big_floats(value)
+        _checked_size(argument, encoded, max_bytes)
     return encoded
 
 
 def regex(argument: str, value: object) -> str:
+    """A pattern Postgres (``~``, where it runs) and Python's ``re`` both accept alike."""
     pattern = text(argument, value)
+    # The subset check comes first: it refuses what re.compile would only warn about.
+    problem = _regex_problem(pattern)
+    if problem is not None:
+        raise InvalidArgument(argument, f"is not a portable regular expression: {problem}")
     try:
         re.compile(pattern)
     except re.error as exc:
         raise InvalidArgument(argument, f"is not a valid regular expression: {exc}") from None
     return pattern
+
+
+# The pattern runs in Postgres (the claim's `instance_key ~ pattern`), not in
+# Python. A pattern re.compile accepts but Postgres rejects (a named group, a
+# possessive or atomic construct, a count over 255, a bound nested too deep)
+# would be stored, then make every claim that meets the job fail: the queue
+# stalls for all workers. So patterns are held to a subset both engines read
+# alike, checked by the small tokenizer below; anything it does not know is
+# refused. tests/integration/test_roundtrip_properties.py checks "accepted here
+# => accepted by Postgres" against random patterns.
+_REGEX_OPTIONS_RE = re.compile(r"\(\?([a-z]*)\)")
+_REGEX_BOUND_RE = re.compile(r"\{(\d{1,3})(,(\d{0,3}))?\}")
+_REGEX_GROUP_OPENERS = ("(?:", "(?<=", "(?<!", "(?=", "(?!")
+# Same meaning in both; \b means backspace in Postgres and \B a backslash.
+_REGEX_ESCAPES = frozenset("dDwWsSntrfv")
+_REGEX_ANCHOR_ESCAPES = frozenset("AZ")
+# Postgres before 14 refuses \D, \W and \S inside brackets.
+_REGEX_CLASS_ESCAPES = frozenset("dwsntrfv")
+_REGEX_PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~ ")
+# Sequences Python reserves for future set operations inside brackets (it
+# warns), and "[" which Postgres reads as a [:class:] or collating element.
+_REGEX_CLASS_RESERVED = ("[", "--", "&&", "~~", "||")
+MAX_REGEX_BOUND = 255  # Postgres's RE_DUP_MAX: "invalid repetition count(s)" above it
+# Postgres refuses as "too complex" once bounded repetition expands its
+# automaton to some 50k states; (a{255}){128} passes and (a{255}){200} fails.
+MAX_REGEX_SIZE = 10_000
+
+
+def _regex_problem(pattern: str) -> str | None:
+    """Why ``pattern`` is outside the portable subset, or None."""
+    position = 0
+    options = _REGEX_OPTIONS_RE.match(pattern)
+    if options is not None:
+        if not options.group(1) or not set(options.group(1)) <= set("ims"):
+            return "only (?i), (?m) and (?s) options, at the start, are supported"
+        position = options.end()
+    # One running size per open group; a group's entry says if it is a lookaround.
+    sizes = [0]
+    lookarounds: list[bool] = []
+    last_size = 0  # the size of the last atom, when a quantifier may follow it
+    quantifiable = False
+    while position < len(pattern):
+        char = pattern[position]
+        if char == "\\":
+            escaped = pattern[position + 1 : position + 2]
+            if escaped in _REGEX_ANCHOR_ESCAPES:
+                quantifiable = False
+            elif escaped in _REGEX_ESCAPES or escaped in _REGEX_PUNCTUATION:
+                last_size, quantifiable = 1, True
+                sizes[-1] += 1
+            else:
+                return f"\\{escaped} does not mean the same in Python and Postgres"
+            position += 2
+        elif char == "[":
+            end = _regex_class_end(pattern, position)
+            if isinstance(end, str):
+                return end
+            position = end
+            last_size, quantifiable = 1, True
+            sizes[-1] += 1
+        elif char == "(":
+            opener = next((o for o in _REGEX_GROUP_OPENERS if pattern.startswith(o, position)), "(")
+            if opener == "(" and pattern.startswith("(?", position):
+                return f"{pattern[position:position + 3]}... is not supported by Postgres"
+            lookarounds.append(opener not in ("(", "(?:"))
+            sizes.append(0)
+            quantifiable = False
+            position += len(opener)
+        elif char == ")":
+            if not lookarounds:
+                return "unbalanced )"
+            last_size = sizes.pop()
+            sizes[-1] += last_size
+            # Postgres refuses a quantified lookaround ("quantifier operand invalid").
+            quantifiable = not lookarounds.pop()
+            position += 1
+        elif char in "*+?" or (char == "{" and _REGEX_BOUND_RE.match(pattern, position)):
+            if not quantifiable:
+                # also catches Python's possessive a*+ and a{2}+, which Postgres refuses
+                return f"nothing to repeat, or a repeated repeat, at position {position}"
+            bound = _REGEX_BOUND_RE.match(pattern, position) if char == "{" else None
+            if bound is not None:
+                low, high = int(bound.group(1)), bound.group(3)
+                top = low if high is None or high == "" else int(high)
+                if top > MAX_REGEX_BOUND or low > top:
+                    return f"repetition {bound.group(0)} is over {MAX_REGEX_BOUND} or reversed"
+                sizes[-1] += last_size * (max(top, 1) - 1)
+                position = bound.end()
+            else:
+                position += 1
+            if pattern.startswith("?", position):  # lazy
+                position += 1
+            quantifiable = False
+        elif char == "{" and pattern[position + 1 : position + 2] in (",", *"0123456789"):
+            # Python reads a{1 or a{1,2,3} as literal text, Postgres as a bad
+            # bound; a{,3} is a bound in Python and literal text in Postgres.
+            return f"incomplete repetition bound at position {position}"
+        elif char in "|^$":
+            quantifiable = False
+            position += 1
+        else:  # a literal character, ".", "{", "}" or "]"
+            last_size, quantifiable = 1, True
+            sizes[-1] += 1
+            position += 1
+    if lookarounds:
+        return "unbalanced ("
+    if sizes[0] > MAX_REGEX_SIZE:
+        return f"its repetitions expand to over {MAX_REGEX_SIZE} states"
+    return None
+
+
+def _regex_class_end(pattern: str, start: int) -> int | str:
+    """The position after the bracket expression opening at ``start``, or why it is refused."""
+    position = start + 1
+    if pattern.startswith("^", position):
+        position += 1
+    if pattern.startswith("]", position):  # a leading ] is a literal in both
+        position += 1
+    while position < len(pattern):
+        char = pattern[position]
+        if char == "]":
+            return position + 1
+        for reserved in _REGEX_CLASS_RESERVED:
+            if pattern.startswith(reserved, position):
+                return f"{reserved!r} inside [...] is read differently by Python and Postgres"
+        if char == "\\":
+            escaped = pattern[position + 1 : position + 2]
+            if escaped not in _REGEX_CLASS_ESCAPES and escaped not in _REGEX_PUNCTUATION:
+                return f"\\{escaped} inside [...] is not supported by both"
+            if pattern.startswith("-", position + 2) and not pattern.startswith("-]", position + 2):
+                return "a range inside [...] must run between two plain characters"
+            position += 2
+        elif pattern.startswith("-", position + 1) and not pattern.startswith("-]", position + 1):
+            high = pattern[position + 2 : position + 3]
+            # a "-" as the upper end reads as Python's reserved "--"
+            if high in ("", "-", "\\", "[", "]") or high < char:
+                return f"bad range {pattern[position:position + 3]!r} inside [...]"
+            position += 3
+            if pattern.startswith("-", position) and not pattern.startswith("-]", position):
+                return "a range inside [...] cannot be followed by another -"
+        else:
+            position += 1
+    return "unterminated [...]"
 
 
 def _as_dataclass(argument: str, value: object, cls: type[E]) -> E:
@@ -189,6 +444,11 @@ def _as_dataclass(argument: str, value: object, cls: type[E]) -> E:
             raise InvalidArgument(
                 f"{argument}.{key}", f"unknown option; expected one of {sorted(known)}"
             )
+    # A dict without a required field ({"cron": {"tz": "UTC"}}) would make the
+    # constructor raise TypeError, which escapes callers catching ValueError.
+    for f in fields(cls):
+        if f.name not in value and f.default is MISSING and f.default_factory is MISSING:
+            raise InvalidArgument(f"{argument}.{f.name}", "is required")
     return cls(**value)
 
 
@@ -227,29 +487,40 @@ def retention(value: object, argument: str = "retention") -> Retention | None:
     return r
 
 
-def cron_spec(value: object) -> CronSpec:
+def cron_spec(value: object, argument: str = "schedule.cron") -> CronSpec:
     spec = (
         CronSpec(value)
         if isinstance(value, str)
-        else _as_dataclass("schedule.cron", value, CronSpec)
+        else _as_dataclass(argument, value, CronSpec)
     )
-    pattern = text("schedule.cron.pattern", spec.pattern, max_length=256)
+    pattern = text(f"{argument}.pattern", spec.pattern, max_length=256)
     if not croniter.is_valid(pattern):
         raise InvalidArgument(
-            "schedule.cron.pattern", f"is not a valid cron expression: {pattern!r}"
+            f"{argument}.pattern", f"is not a valid cron expression: {pattern!r}"
         )
-    tz = text("schedule.cron.tz", spec.tz, max_length=64)
+    tz = text(f"{argument}.tz", spec.tz, max_length=64)
     try:
-        ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidArgument("schedule.cron.tz", f"unknown IANA time zone {tz!r}") from None
+        zone = ZoneInfo(tz)
+    # OSError: a tzdata directory such as "America" is opened as a file and
+    # raises IsADirectoryError rather than ZoneInfoNotFoundError.
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidArgument(f"{argument}.tz", f"unknown IANA time zone {tz!r}") from None
+    try:
+        # Syntax is not enough: "0 0 30 2 *" (February 30) or a past year field
+        # parse, then never fire; croniter raises when next_run_at is computed,
+        # after a connection is taken and mid-way through the caller's work.
+        croniter(pattern, datetime.now(zone)).get_next(datetime)
+    except ValueError:
+        raise InvalidArgument(
+            f"{argument}.pattern", f"never fires (no next occurrence): {pattern!r}"
+        ) from None
     return CronSpec(pattern, tz)
 
 
-def schedule(value: object) -> Schedule | None:
+def schedule(value: object, argument: str = "schedule") -> Schedule | None:
     if value is None:
         return None
-    s = _as_dataclass("schedule", value, Schedule)
+    s = _as_dataclass(argument, value, Schedule)
     modes = [
         m
         for m in ("start_after_seconds", "start_every_seconds", "cron")
@@ -257,16 +528,16 @@ def schedule(value: object) -> Schedule | None:
     ]
     if len(modes) != 1:
         raise InvalidArgument(
-            "schedule",
+            argument,
             f"pass exactly one of start_after_seconds, "
             f"start_every_seconds, cron; got {modes or 'none'}",
         )
     return Schedule(
-        start_after_seconds=seconds("schedule.start_after_seconds", s.start_after_seconds),
+        start_after_seconds=seconds(f"{argument}.start_after_seconds", s.start_after_seconds),
         start_every_seconds=seconds(
-            "schedule.start_every_seconds", s.start_every_seconds, minimum=1
+            f"{argument}.start_every_seconds", s.start_every_seconds, minimum=1
         ),
-        cron=None if s.cron is None else cron_spec(s.cron),
+        cron=None if s.cron is None else cron_spec(s.cron, f"{argument}.cron"),
     )
 
 
@@ -349,7 +620,7 @@ def job_spec(
             raise InvalidArgument(f"{prefix}{key}", "unknown option")
     if "data" not in options:
         raise InvalidArgument(f"{prefix}data", "is required")
-    sched = schedule(options.get("schedule"))
+    sched = schedule(options.get("schedule"), f"{prefix}schedule")
     pattern = options.get("preferred_instance_key_pattern")
     if pattern is not None:
         pattern = regex(f"{prefix}preferred_instance_key_pattern", pattern)

@@ -2,10 +2,13 @@
 -- guarded UPDATE/DELETE whose returned rows say whether it happened.
 
 -- name: retry_job
--- Re-arms a job's own row. Never an active one: clearing its lease would let
--- a second worker claim it while the first still runs it. Errors are kept as
--- history. A singleton job is not re-armed while another job holds its key
--- (the unique index would raise and abort the caller's transaction).
+-- Re-arms a settled job's own row. Never an active one: clearing its lease
+-- would let a second worker claim it while the first still runs it; and a
+-- pending job is already queued, so it is left as it is (retry_blocker).
+-- lease_token is kept: it only ever grows, so a run fenced out before the
+-- retry can never match the token of a later claim. Errors stay as history.
+-- A singleton job is not re-armed while another job holds its key (the
+-- unique index would raise and abort the caller's transaction).
 UPDATE {schema}.job AS j
 SET status = 'pending',
     attempt = 0,
@@ -16,25 +19,30 @@ SET status = 'pending',
     output = NULL,
     progress = NULL,
     cancel_requested_at = NULL,
-    lease_token = NULL,
     lease_expires_at = NULL,
     worker_id = NULL
 WHERE j.id = %(job_id)s
-  AND j.status <> 'active'
-  AND (j.singleton_key IS NULL OR j.status = 'pending' OR NOT EXISTS (
+  AND j.status NOT IN ('active', 'pending')
+  AND (j.singleton_key IS NULL OR NOT EXISTS (
         SELECT FROM {schema}.job AS other
         WHERE other.queue = j.queue AND other.singleton_key = j.singleton_key
           AND other.status IN ('pending', 'active') AND other.id <> j.id))
 RETURNING j.id, j.queue, j.status::text AS status, j.start_after;
 
--- name: singleton_holder
--- Why retry_job did not re-arm a job: the live job holding its singleton key.
+-- name: retry_blocker
+-- Why retry_job re-armed nothing: the job is pending already (the row
+-- itself), or another live job holds its singleton key. No row: the job is
+-- unknown or active.
+SELECT j.id, j.queue, j.status::text AS status, j.start_after
+FROM {schema}.job AS j
+WHERE j.id = %(job_id)s AND j.status = 'pending'
+UNION ALL
 SELECT other.id, other.queue, other.status::text AS status, other.start_after
 FROM {schema}.job AS j
 JOIN {schema}.job AS other
   ON other.queue = j.queue AND other.singleton_key = j.singleton_key
  AND other.status IN ('pending', 'active') AND other.id <> j.id
-WHERE j.id = %(job_id)s AND j.status <> 'active';
+WHERE j.id = %(job_id)s AND j.status NOT IN ('active', 'pending');
 
 -- name: cancel_job
 -- pending -> cancelled at once; active -> the cancel request is recorded and

@@ -2,10 +2,11 @@
 -- {schema} is the quoted schema identifier; every value is a bound parameter.
 
 -- name: add_jobs
--- Adds a batch in one statement (add_job is a batch of one). Each entry's
--- options fall back to the queue's defaults, then to the built-in ones; the
--- job stores the resolved values, so later changes to a queue's defaults do
--- not rewrite jobs already queued. A duplicate idempotency or singleton key is
+-- Adds a batch in one statement (add_job is a batch of one). An entry's retry,
+-- expiry and timeout fall back to the queue's defaults, then to the built-in
+-- ones, and the job stores the resolved values, so later changes to a queue's
+-- defaults do not rewrite jobs already queued. Retention is the exception: it
+-- stays NULL unless the job sets it, and is resolved when pruning. A duplicate idempotency or singleton key is
 -- skipped by ON CONFLICT DO NOTHING rather than raised: a unique violation
 -- would abort the caller's transaction. The caller looks up the winners of
 -- skipped entries afterwards (find_conflicts). A queue paused with mode 'all'
@@ -21,10 +22,12 @@ defaults AS (
     SELECT * FROM {schema}.queue WHERE name = %(queue)s
 ),
 entries AS (
-    SELECT e.ord, r.*
+    -- data is taken with -> rather than from the record: jsonb_to_record turns
+    -- a JSON null payload into SQL NULL, which the NOT NULL column rejects
+    SELECT e.ord, e.entry -> 'data' AS payload, r.*
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e (entry, ord)
     CROSS JOIN LATERAL jsonb_to_record(e.entry) AS r (
-        id uuid, data jsonb, priority integer, start_after_seconds integer,
+        id uuid, priority integer, start_after_seconds integer,
         max_attempts integer, retry_delay_seconds integer, backoff_strategy text,
         backoff_factor double precision, backoff_max_delay_seconds integer,
         backoff_jitter boolean, expire_in_seconds integer, retention_ttl_seconds integer,
@@ -39,7 +42,7 @@ inserted AS (
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, idempotency_key, singleton_key, group_id)
     SELECT
-        e.id, %(queue)s, e.data, e.priority,
+        e.id, %(queue)s, e.payload, e.priority,
         now() + make_interval(secs => e.start_after_seconds),
         -- a job's retry policy is taken whole, or the queue's is
         coalesce(e.max_attempts, d.max_attempts, 1),
@@ -52,7 +55,9 @@ inserted AS (
         coalesce(e.expire_in_seconds, d.expire_in_seconds),
         -- expiry bounds the wait from eligibility, so a delayed job cannot
         -- expire before it could ever start
-        now() + make_interval(secs => e.start_after_seconds
+        -- (summed as bigint: each may be up to 2^31 - 1, and an integer
+        -- overflow here would abort a caller's transaction)
+        now() + make_interval(secs => e.start_after_seconds::bigint
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
@@ -60,7 +65,11 @@ inserted AS (
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
-    ORDER BY e.ord
+    -- Rows are inserted in key order, not entry order: a duplicate key waits
+    -- for the transaction that inserted it, so two batches naming the same
+    -- keys in different orders would each wait for the other (deadlock, one
+    -- of them aborted). Results are matched back to entries by id.
+    ORDER BY e.idempotency_key, e.singleton_key, e.ord
     ON CONFLICT DO NOTHING
     RETURNING j.id, j.status, j.start_after
 )

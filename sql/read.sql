@@ -3,12 +3,16 @@
 -- when a migration adds a column under running clients.
 
 -- name: jobs_by_id
-SELECT id, queue, status::text AS status, data, priority, attempt, max_attempts,
+-- JSON columns come back as text, decoded by portqueue: drivers differ in
+-- whether they decode jsonb (Django's does not), and a JSON string payload
+-- must not be mistaken for undecoded text.
+SELECT id, queue, status::text AS status, data::text AS data, priority, attempt, max_attempts,
        retry_delay_seconds, backoff_strategy, backoff_factor, backoff_max_delay_seconds,
        backoff_jitter, timeout_seconds, group_id, idempotency_key, singleton_key,
        preferred_instance_key_pattern, schedule_id, scheduled_for, source_job_id,
        created_at, start_after, started_at, finished_at, expire_at,
-       retention_ttl_seconds, output, errors, progress, attrs, cancel_requested_at
+       retention_ttl_seconds, output::text AS output, errors::text AS errors, progress,
+       attrs::text AS attrs, cancel_requested_at
 FROM {schema}.job
 WHERE id = ANY(%(job_ids)s::uuid[])
 ORDER BY seq DESC;
@@ -58,7 +62,7 @@ SELECT count(*) AS total FROM {schema}.queue;
 
 -- name: schedule_page
 SELECT s.id, s.queue, s.cron, s.tz, s.every_seconds, s.next_run_at, s.last_run_at,
-       s.last_job_id, s.enabled, s.data, s.idempotency_key, s.created_at
+       s.last_job_id, s.enabled, s.data::text AS data, s.idempotency_key, s.created_at
 FROM {schema}.schedule AS s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
   AND (%(enabled)s::boolean IS NULL OR s.enabled = %(enabled)s::boolean)

@@ -3,6 +3,7 @@ schema per worker that is emptied before each test, and both clients."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -36,15 +37,40 @@ def pg_server_dsn() -> str:
     return server_dsn()
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _drop_orphaned_databases(conn: psycopg.Connection[Any]) -> None:
+    """Drop test databases left by killed test runs (their process is gone)."""
+    rows = conn.execute(
+        "SELECT datname FROM pg_database WHERE datname LIKE 'portqueue\\_test\\_%'"
+    ).fetchall()
+    for (name,) in rows:
+        match = re.fullmatch(r"portqueue_test_\w+?_(\d+)", name)
+        if match and not _alive(int(match.group(1))):
+            with contextlib.suppress(psycopg.Error):
+                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
 @pytest.fixture(scope="session")
 def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
-    """A fresh database of this test process's own (one per xdist worker)."""
-    database = f"portqueue_test_{_worker_name()}"
+    """A fresh database of this test process's own (per xdist worker and per run,
+    so concurrent test runs on one server never touch each other's rows)."""
+    database = f"portqueue_test_{_worker_name()}_{os.getpid()}"
+    with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+        _drop_orphaned_databases(conn)
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    yield dsn_for_database(pg_server_dsn, database)
     with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(database)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
-    yield dsn_for_database(pg_server_dsn, database)
 
 
 @pytest.fixture(scope="session")

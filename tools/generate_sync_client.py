@@ -16,6 +16,10 @@ SOURCE = ROOT / "portqueue" / "async_client.py"
 TARGET = ROOT / "portqueue" / "client.py"
 
 REPLACEMENTS = [
+    # Phrases naming AsyncPortQueue go first: the identifier rule below would
+    # otherwise rewrite them before they could match (PortQueue's error then
+    # asked for "an async adapter").
+    (r"AsyncPortQueue needs an async adapter", "PortQueue needs a sync adapter"),
     (r"\bAsyncPortQueue\b", "PortQueue"),
     (r"\bAsyncConnectionPool\b", "ConnectionPool"),
     (r"\bAsyncTx\b", "SyncTx"),
@@ -33,7 +37,6 @@ REPLACEMENTS = [
     (r"safe to share between tasks of one loop", "safe to share between threads"),
     (r"from asyncio code", "from ordinary (threaded) code"),
     (r"``async with``", "``with``"),
-    (r"AsyncPortQueue needs an async adapter", "PortQueue needs a sync adapter"),
 ]
 
 HEADER = (

@@ -190,9 +190,14 @@ DROP TYPE {schema}.job_status;
 """
 
 
+def _render(script: str) -> str:
+    # Without its last ";": offline (--sql) output appends one per statement.
+    return script.format(schema=context.config.attributes["quoted_schema"]).strip().rstrip(";")
+
+
 def upgrade() -> None:
-    op.execute(UPGRADE.format(schema=context.config.attributes["quoted_schema"]))
+    op.execute(_render(UPGRADE))
 
 
 def downgrade() -> None:
-    op.execute(DOWNGRADE.format(schema=context.config.attributes["quoted_schema"]))
+    op.execute(_render(DOWNGRADE))

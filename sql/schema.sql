@@ -1,0 +1,180 @@
+BEGIN;
+
+CREATE SCHEMA IF NOT EXISTS "portqueue";
+
+CREATE TABLE portqueue.alembic_version (
+    version_num VARCHAR(32) NOT NULL, 
+    CONSTRAINT alembic_version_pkc PRIMARY KEY (version_num)
+);
+
+-- Running upgrade  -> 0001
+
+CREATE TYPE "portqueue".job_status AS ENUM
+    ('pending', 'active', 'completed', 'failed', 'cancelled', 'expired');
+
+CREATE TABLE "portqueue".queue (
+    name                       text PRIMARY KEY
+                               CHECK (char_length(name) BETWEEN 1 AND 128),
+    paused                     text CHECK (paused IN ('processing', 'all')),
+    paused_at                  timestamptz,
+    concurrency                integer CHECK (concurrency > 0),
+    max_attempts               integer CHECK (max_attempts >= 1),
+    retry_delay_seconds        integer CHECK (retry_delay_seconds >= 0),
+    backoff_strategy           text CHECK (backoff_strategy IN ('fixed', 'linear', 'exponential')),
+    backoff_factor             double precision CHECK (backoff_factor >= 1),
+    backoff_max_delay_seconds  integer CHECK (backoff_max_delay_seconds >= 0),
+    backoff_jitter             boolean,
+    expire_in_seconds          integer CHECK (expire_in_seconds > 0),
+    retention_ttl_seconds      integer CHECK (retention_ttl_seconds >= 0),
+    retention_keep_completed   integer CHECK (retention_keep_completed >= 0),
+    retention_keep_failed      integer CHECK (retention_keep_failed >= 0),
+    timeout_seconds            integer CHECK (timeout_seconds > 0),
+    lease_seconds              integer CHECK (lease_seconds > 0),
+    dead_letter_queue          text CHECK (char_length(dead_letter_queue) BETWEEN 1 AND 128),
+    created_at                 timestamptz NOT NULL DEFAULT now(),
+    updated_at                 timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE TABLE "portqueue".job (
+    id                              uuid PRIMARY KEY,
+    -- insertion order: ties on priority and start_after are claimed in this order
+    seq                             bigint GENERATED ALWAYS AS IDENTITY,
+    queue                           text NOT NULL CHECK (char_length(queue) BETWEEN 1 AND 128),
+    status                          "portqueue".job_status NOT NULL DEFAULT 'pending',
+    data                            jsonb NOT NULL,
+    priority                        integer NOT NULL DEFAULT 0,
+    attempt                         integer NOT NULL DEFAULT 0 CHECK (attempt >= 0),
+    max_attempts                    integer NOT NULL DEFAULT 1 CHECK (max_attempts >= 1),
+    retry_delay_seconds             integer NOT NULL DEFAULT 0 CHECK (retry_delay_seconds >= 0),
+    backoff_strategy                text NOT NULL DEFAULT 'fixed'
+                                    CHECK (backoff_strategy IN ('fixed', 'linear', 'exponential')),
+    backoff_factor                  double precision NOT NULL DEFAULT 2 CHECK (backoff_factor >= 1),
+    backoff_max_delay_seconds       integer CHECK (backoff_max_delay_seconds >= 0),
+    backoff_jitter                  boolean NOT NULL DEFAULT false,
+    timeout_seconds                 integer CHECK (timeout_seconds > 0),
+    expire_in_seconds               integer CHECK (expire_in_seconds > 0),
+    expire_at                       timestamptz,
+    retention_ttl_seconds           integer CHECK (retention_ttl_seconds >= 0),
+    group_id                        text,
+    idempotency_key                 text,
+    singleton_key                   text,
+    preferred_instance_key_pattern  text,
+    schedule_id                     uuid,
+    scheduled_for                   timestamptz,
+    source_job_id                   uuid,
+    created_at                      timestamptz NOT NULL DEFAULT now(),
+    start_after                     timestamptz NOT NULL DEFAULT now(),
+    started_at                      timestamptz,
+    finished_at                     timestamptz,
+    output                          jsonb,
+    errors                          jsonb NOT NULL DEFAULT '[]'::jsonb,
+    progress                        double precision CHECK (progress BETWEEN 0 AND 1),
+    attrs                           jsonb NOT NULL DEFAULT '{}'::jsonb,
+    cancel_requested_at             timestamptz,
+    lease_token                     bigint,
+    lease_expires_at                timestamptz,
+    worker_id                       uuid,
+    -- finished_at is set exactly when the job is in a terminal state
+    CONSTRAINT job_finished_at_matches_status CHECK (
+        (finished_at IS NOT NULL) = (status IN ('completed', 'failed', 'cancelled', 'expired'))),
+    -- an active job always has a lease a rescuer can judge
+    CONSTRAINT job_active_has_lease CHECK (
+        status <> 'active' OR (lease_token IS NOT NULL AND lease_expires_at IS NOT NULL)),
+    CONSTRAINT job_attempt_within_max CHECK (attempt <= max_attempts)
+);
+
+-- The claim: ready jobs of one queue in priority, start_after, insertion order.
+-- Partial, so its size follows the backlog, not the history.
+CREATE INDEX job_claim_idx ON "portqueue".job (queue, priority DESC, start_after, seq)
+    WHERE status = 'pending';
+-- The lease rescuer scans only running jobs.
+CREATE INDEX job_lease_idx ON "portqueue".job (lease_expires_at) WHERE status = 'active';
+-- The expirer scans only pending jobs that can expire.
+CREATE INDEX job_expire_idx ON "portqueue".job (expire_at)
+    WHERE status = 'pending' AND expire_at IS NOT NULL;
+-- The pruner and count caps: finished jobs per queue and status, by age.
+CREATE INDEX job_finished_idx ON "portqueue".job (queue, status, finished_at)
+    WHERE finished_at IS NOT NULL;
+-- The read API lists a queue newest first.
+CREATE INDEX job_queue_seq_idx ON "portqueue".job (queue, seq DESC);
+CREATE INDEX job_group_idx ON "portqueue".job (group_id) WHERE group_id IS NOT NULL;
+-- First writer wins, for as long as the row is retained.
+CREATE UNIQUE INDEX job_idempotency_key_uq ON "portqueue".job (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+-- At most one pending or active job per singleton key.
+CREATE UNIQUE INDEX job_singleton_key_uq ON "portqueue".job (queue, singleton_key)
+    WHERE singleton_key IS NOT NULL AND status IN ('pending', 'active');
+-- Exactly one job per schedule tick, however many schedulers race.
+CREATE UNIQUE INDEX job_schedule_tick_uq ON "portqueue".job (schedule_id, scheduled_for)
+    WHERE schedule_id IS NOT NULL;
+
+CREATE TABLE "portqueue".schedule (
+    id                uuid PRIMARY KEY,
+    queue             text NOT NULL CHECK (char_length(queue) BETWEEN 1 AND 128),
+    cron              text,
+    tz                text NOT NULL DEFAULT 'UTC',
+    every_seconds     integer CHECK (every_seconds > 0),
+    next_run_at       timestamptz NOT NULL,
+    last_run_at       timestamptz,
+    last_job_id       uuid,
+    enabled           boolean NOT NULL DEFAULT true,
+    data              jsonb NOT NULL,
+    -- the options stamped onto every spawned job (priority, retry, expiry, …)
+    job_options       jsonb NOT NULL DEFAULT '{}'::jsonb,
+    idempotency_key   text,
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    updated_at        timestamptz NOT NULL DEFAULT now(),
+    CONSTRAINT schedule_one_mode CHECK ((cron IS NULL) <> (every_seconds IS NULL))
+);
+CREATE INDEX schedule_due_idx ON "portqueue".schedule (next_run_at) WHERE enabled;
+CREATE INDEX schedule_queue_idx ON "portqueue".schedule (queue, created_at DESC);
+CREATE UNIQUE INDEX schedule_idempotency_key_uq ON "portqueue".schedule (queue, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+CREATE TABLE "portqueue".worker (
+    id             uuid PRIMARY KEY,
+    instance_key   text,
+    hostname       text NOT NULL,
+    pid            integer NOT NULL,
+    queues         text[] NOT NULL DEFAULT '{}',
+    concurrency    integer NOT NULL CHECK (concurrency > 0),
+    started_at     timestamptz NOT NULL DEFAULT now(),
+    last_seen_at   timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX worker_last_seen_idx ON "portqueue".worker (last_seen_at);
+
+-- Wake-ups: one NOTIFY per statement and queue (not per row), only for jobs
+-- that are ready now. The payload is the queue name, never job data.
+CREATE FUNCTION "portqueue".notify_jobs_added() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.job', q.queue)
+    FROM (SELECT DISTINCT queue FROM added
+          WHERE status = 'pending' AND start_after <= now()) AS q;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_added_notify AFTER INSERT ON "portqueue".job
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION "portqueue".notify_jobs_added();
+
+-- A job put back to pending (retry, rescue, release) wakes claimers too;
+-- Postgres folds identical notifications within a transaction into one.
+CREATE FUNCTION "portqueue".notify_job_pending() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.job', NEW.queue);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_pending_notify AFTER UPDATE OF status ON "portqueue".job
+    FOR EACH ROW
+    WHEN (NEW.status = 'pending' AND OLD.status <> 'pending' AND NEW.start_after <= now())
+    EXECUTE FUNCTION "portqueue".notify_job_pending();
+
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0001') RETURNING portqueue.alembic_version.version_num;
+
+COMMIT;
+

@@ -1,0 +1,318 @@
+"""Bad input on a real Postgres: a ValueError naming the argument, and nothing written.
+
+Each test fingerprints the job, queue and schedule tables (every row's full
+text, so an UPDATE shows as well as an INSERT or DELETE) before and after the
+rejected call, on both clients. Tables start with a job, a paused-never queue
+and a schedule of their own, so "unchanged" is never the trivial "still empty".
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from psycopg.pq import TransactionStatus
+
+from portqueue import InvalidArgument, JobStatus, PayloadTooLarge, PortQueue
+from portqueue.migrate import migrate
+from tests.support.clients import BlockingAsyncClient
+from tests.support.rows import CallerTx
+from tests.unit.test_validation import (
+    DIFFERENT_MEANING_PATTERNS,
+    PYTHON_ONLY_PATTERNS,
+    exact_string,
+    nested_lists,
+)
+
+TABLES = ("job", "queue", "schedule")
+NEW_QUEUE = "never-created"
+
+
+def fingerprint(db: psycopg.Connection[Any], schema: str) -> dict[str, tuple[int, str]]:
+    """Per table: row count and an md5 of every row's text, in a stable order."""
+    result = {}
+    for table in TABLES:
+        query = sql.SQL(
+            "SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') "
+            "FROM {} AS t").format(sql.Identifier(schema, table))
+        row = db.execute(query).fetchone()
+        assert row is not None
+        result[table] = (int(row[0]), str(row[1]))
+    return result
+
+
+@pytest.fixture
+def existing(client: Any, db: psycopg.Connection[Any], schema: str) -> dict[str, str]:
+    """One job and one schedule already in the tables, for the calls that name them."""
+    added = client.add_job(queue="existing", data={"n": 1}, idempotency_key="first")
+    scheduled = client.add_job(queue="existing", data={"n": 2},
+                               schedule={"start_every_seconds": 60})
+    assert added.job_id is not None and scheduled.schedule_id is not None
+    return {"job_id": added.job_id, "schedule_id": scheduled.schedule_id}
+
+
+def assert_rejected_without_writing(
+    db: psycopg.Connection[Any], schema: str, call: Any, argument: str,
+    error: type[InvalidArgument] = InvalidArgument,
+) -> None:
+    before = fingerprint(db, schema)
+    with pytest.raises(error) as info:
+        call()
+    assert isinstance(info.value, ValueError)
+    assert info.value.argument == argument
+    assert str(info.value).startswith(f"{argument}: ")
+    assert fingerprint(db, schema) == before
+    row = db.execute(sql.SQL("SELECT count(*) FROM {} WHERE name = %s").format(
+        sql.Identifier(schema, "queue")), [NEW_QUEUE]).fetchone()
+    assert row == (0,), "the queue row was created"
+
+
+def test_fingerprint_sees_a_write(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str]
+) -> None:
+    # The fingerprint must be able to fail: an update to one column changes it.
+    before = fingerprint(db, schema)
+    client.pause_queue(queue="existing")
+    assert fingerprint(db, schema) != before
+
+
+D = {"to": "a@b.com"}
+
+ADD_JOB = [
+    ({"retry": {"max_attempts": 3, "foo": 1}}, "retry.foo"),
+    ({"retry": {"backoff": {"strategy": "bogus"}}}, "retry.backoff.strategy"),
+    ({"retention": {"ttl_seconds": 1, "bar": 2}}, "retention.bar"),
+    ({"schedule": {"start_after_seconds": 5, "start_every_seconds": 5}}, "schedule"),
+    ({"schedule": {}}, "schedule"),
+    ({"schedule": {"start_after_seconds": -1}}, "schedule.start_after_seconds"),
+    ({"schedule": {"start_every_seconds": 0}}, "schedule.start_every_seconds"),
+    ({"schedule": {"cron": "0 8 * * 1-5", "start_every_seconds": 5}}, "schedule"),
+    ({"schedule": {"cron": "no cron"}}, "schedule.cron.pattern"),
+    ({"schedule": {"cron": "0 0 30 2 *"}}, "schedule.cron.pattern"),
+    ({"schedule": {"cron": {"pattern": "0 8 * * *", "tz": "Mars/Base"}}}, "schedule.cron.tz"),
+    ({"schedule": {"cron": {"tz": "UTC"}}}, "schedule.cron.pattern"),
+    ({"expire_in_seconds": -5}, "expire_in_seconds"),
+    ({"priority": 2**31}, "priority"),
+    ({"priority": True}, "priority"),
+    ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
+    ({"retry": {"backoff": {"factor": 0.5}}}, "retry.backoff.factor"),
+    ({"data": {1, 2}}, "data"),
+    ({"data": {"a": [1, {"b": math.nan}]}}, "data"),
+    ({"data": [-math.inf]}, "data"),
+    ({"data": {"k": "a\x00b"}}, "data"),
+    ({"data": {"a\x00": 1}}, "data"),
+    ({"data": ["\ud800"]}, "data"),
+    ({"data": {1: "a", "1": "b"}}, "data"),
+    ({"data": nested_lists(100_000)}, "data"),
+    ({"preferred_instance_key_pattern": "ram-("}, "preferred_instance_key_pattern"),
+    ({"preferred_instance_key_pattern": "(?P<gb>8)gb"}, "preferred_instance_key_pattern"),
+    ({"idempotency_key": ""}, "idempotency_key"),
+    ({"group_id": "g\x00"}, "group_id"),
+    # recurring adds write the schedule table: still nothing when the input is bad
+    ({"schedule": {"start_every_seconds": 60}, "data": math.nan}, "data"),
+    ({"schedule": {"cron": "* * * * *"}, "retry": {"nope": 1}}, "retry.nope"),
+]
+
+
+@pytest.mark.parametrize(("options", "argument"), ADD_JOB,
+                         ids=[f"{a}-{i}" for i, (_, a) in enumerate(ADD_JOB)])
+def test_add_job_bad_input_writes_nothing(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
+    options: dict[str, Any], argument: str,
+) -> None:
+    kwargs = {"queue": NEW_QUEUE, "data": D, **options}
+    assert_rejected_without_writing(db, schema, lambda: client.add_job(**kwargs), argument)
+
+
+@pytest.mark.parametrize("queue", ["", "q" * 129, "a\x00b", "\udc00", 5])
+def test_add_job_bad_queue_name_writes_nothing(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str], queue: Any
+) -> None:
+    assert_rejected_without_writing(
+        db, schema, lambda: client.add_job(queue=queue, data=D), "queue")
+
+
+def test_payload_over_the_limit_writes_nothing(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str]
+) -> None:
+    assert_rejected_without_writing(
+        db, schema, lambda: client.add_job(queue=NEW_QUEUE, data=exact_string(1024 * 1024 + 1)),
+        "data", PayloadTooLarge)
+
+
+def test_payload_at_the_limit_is_stored_whole(
+    client: Any, db: psycopg.Connection[Any], schema: str
+) -> None:
+    data = {"blob": exact_string(1024 * 1024 - len('{"blob":}'), "\U0001f600")}
+    added = client.add_job(queue="big", data=data)
+    assert client.get_job(job_id=added.job_id).data == data
+    row = db.execute(sql.SQL("SELECT octet_length(data::text) FROM {} WHERE id = %s").format(
+        sql.Identifier(schema, "job")), [added.job_id]).fetchone()
+    # jsonb's text form puts a space after the colon; the limit is on compact JSON.
+    assert row == (1024 * 1024 + 1,)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_payload_over_a_custom_limit_writes_nothing(
+    kind: str, apq_factory: Any, pg_dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    small: Any = (
+        PortQueue(pg_dsn, schema=schema, max_payload_bytes=100) if kind == "sync"
+        else BlockingAsyncClient(lambda: apq_factory(max_payload_bytes=100)))
+    try:
+        small.add_job(queue="existing", data=exact_string(100))
+        assert_rejected_without_writing(
+            db, schema, lambda: small.add_job(queue=NEW_QUEUE, data=exact_string(101)),
+            "data", PayloadTooLarge)
+    finally:
+        small.close()
+
+
+LAST_ENTRY_BAD = [
+    ({"data": math.nan}, "jobs[2].data"),
+    ({"data": 1, "foo": True}, "jobs[2].foo"),
+    ({"data": 1, "retry": {"max_attempts": 2, "bogus": 1}}, "jobs[2].retry.bogus"),
+    ({"data": 1, "schedule": {"start_every_seconds": 30}}, "jobs[2].schedule"),
+    ({"data": 1, "schedule": {"start_after_seconds": -1}}, "jobs[2].schedule.start_after_seconds"),
+    ({"data": 1, "priority": 2**31}, "jobs[2].priority"),
+    ({"data": {7: "seven"}}, "jobs[2].data"),
+    ({"data": exact_string(1024 * 1024 + 1)}, "jobs[2].data"),
+    ({"data": 1, "preferred_instance_key_pattern": "a++"},
+     "jobs[2].preferred_instance_key_pattern"),
+    ({"priority": 1}, "jobs[2].data"),
+]
+
+
+@pytest.mark.parametrize(("last", "argument"), LAST_ENTRY_BAD,
+                         ids=[a for _, a in LAST_ENTRY_BAD])
+def test_add_jobs_with_only_the_last_entry_bad_writes_nothing(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
+    last: dict[str, Any], argument: str,
+) -> None:
+    jobs = [{"data": {"n": 1}}, {"data": {"n": 2}, "priority": 5}, last]
+    assert_rejected_without_writing(
+        db, schema, lambda: client.add_jobs(queue=NEW_QUEUE, jobs=jobs), argument)
+
+
+def test_add_jobs_with_entries_in_different_transactions_writes_nothing(
+    client: Any, pg_dsn: str, db: psycopg.Connection[Any], schema: str, existing: dict[str, str]
+) -> None:
+    with CallerTx(client, pg_dsn) as first, CallerTx(client, pg_dsn) as second:
+        jobs = [{"data": 1, "tx": first.tx}, {"data": 2, "tx": second.tx}]
+        assert_rejected_without_writing(
+            db, schema, lambda: client.add_jobs(queue=NEW_QUEUE, jobs=jobs), "jobs[1].tx")
+
+
+MANAGE = [
+    ("retry_job", {"job_id": "not-a-uuid"}, "job_id"),
+    ("cancel_job", {"job_id": 12}, "job_id"),
+    ("remove_job", {"job_id": ""}, "job_id"),
+    ("remove_jobs", {"job_ids": ["nope"]}, "job_ids"),
+    ("remove_jobs", {"queue": "existing", "statuses": [JobStatus.PENDING, JobStatus.ACTIVE]},
+     "statuses"),
+    ("remove_jobs", {"queue": "existing", "statuses": ["pending", "running"]}, "statuses"),
+    ("remove_jobs", {"queue": "existing"}, "statuses"),
+    ("remove_jobs", {}, "job_ids"),
+    ("remove_schedule", {"schedule_id": "x"}, "schedule_id"),
+    ("pause_queue", {"queue": "existing", "mode": "everything"}, "mode"),
+    ("pause_queue", {"queue": NEW_QUEUE, "mode": "sometimes"}, "mode"),
+    ("pause_queue", {"queue": "q" * 129}, "queue"),
+    ("resume_queue", {"queue": ""}, "queue"),
+    ("get_job", {"job_id": "nope"}, "job_id"),
+    ("get_jobs", {"queue": "existing", "limit": 501}, "limit"),
+    ("get_jobs", {"queue": "existing", "limit": 0}, "limit"),
+    ("get_jobs", {"queue": "existing", "offset": -1}, "offset"),
+    ("get_jobs", {"queue": "existing", "statuses": ["running"]}, "statuses"),
+    ("get_queue_stats", {"queue": ""}, "queue"),
+    ("get_queues", {"limit": 501}, "limit"),
+    ("get_schedules", {"enabled": "yes"}, "enabled"),
+]
+
+
+@pytest.mark.parametrize(("method", "kwargs", "argument"), MANAGE,
+                         ids=[f"{m}-{a}-{i}" for i, (m, _, a) in enumerate(MANAGE)])
+def test_managing_and_reading_bad_input_writes_nothing(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
+    method: str, kwargs: dict[str, Any], argument: str,
+) -> None:
+    assert_rejected_without_writing(
+        db, schema, lambda: getattr(client, method)(**kwargs), argument)
+
+
+def test_remove_jobs_with_both_ids_and_queue_removes_nothing(
+    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str]
+) -> None:
+    assert_rejected_without_writing(
+        db, schema,
+        lambda: client.remove_jobs(job_ids=[existing["job_id"]], queue="existing"), "job_ids")
+    assert client.get_job(job_id=existing["job_id"]) is not None
+
+
+def test_bad_input_leaves_the_callers_transaction_usable(
+    client: Any, pg_dsn: str, db: psycopg.Connection[Any], schema: str
+) -> None:
+    # A value Postgres would refuse mid-statement aborts the caller's whole
+    # transaction; refused before I/O, the caller's own work can still commit.
+    with CallerTx(client, pg_dsn) as caller:
+        caller.execute("SELECT 1")
+        for bad in ({"data": {"k": "\x00"}}, {"data": 1, "priority": 2**31},
+                    {"data": 1, "preferred_instance_key_pattern": "(?>x)"}):
+            with pytest.raises(ValueError):
+                client.add_job(queue="in-tx", tx=caller.tx, **bad)
+            assert caller.conn.info.transaction_status == TransactionStatus.INTRANS
+        client.add_job(queue="in-tx", data={"ok": True}, tx=caller.tx)
+        caller.commit()
+    assert client.get_jobs(queue="in-tx").total == 1
+
+
+# --- preferred_instance_key_pattern: the refused patterns really are a hazard ---
+
+
+@pytest.mark.parametrize("pattern", PYTHON_ONLY_PATTERNS)
+def test_python_only_pattern_is_refused_by_postgres_and_by_portqueue(
+    pq: PortQueue, db: psycopg.Connection[Any], schema: str, pattern: str
+) -> None:
+    re.compile(pattern)  # Python takes it...
+    with pytest.raises(psycopg.errors.InvalidRegularExpression):
+        db.execute("SELECT 'test-host-ram-8gb' ~ %s", [pattern])  # ...the claim's `~` would not
+    assert_rejected_without_writing(
+        db, schema,
+        lambda: pq.add_job(queue=NEW_QUEUE, data=1, preferred_instance_key_pattern=pattern),
+        "preferred_instance_key_pattern")
+
+
+def test_word_boundary_means_backspace_in_postgres(db: psycopg.Connection[Any]) -> None:
+    # Why \b is in DIFFERENT_MEANING_PATTERNS: both engines accept it, and disagree.
+    assert r"\bgpu\b" in DIFFERENT_MEANING_PATTERNS
+    assert re.search(r"\bgpu\b", "host-gpu-1")
+    assert db.execute(r"SELECT 'host-gpu-1' ~ '\bgpu\b'").fetchone() == (False,)
+
+
+# --- schema names ---
+
+
+@pytest.mark.parametrize(
+    "schema_name", ['a"b', "a;drop", "1abc", "x" * 49, "", "sch\u00e9ma", "pg_portqueue",
+                    "information_schema", "pg_catalog"])
+def test_migrate_refuses_a_hostile_schema_and_creates_nothing(
+    pg_dsn: str, db: psycopg.Connection[Any], schema_name: str
+) -> None:
+    def namespaces() -> list[str]:
+        return [row[0] for row in db.execute("SELECT nspname FROM pg_namespace ORDER BY 1")]
+
+    def portqueue_tables() -> int:
+        row = db.execute(
+            "SELECT count(*) FROM pg_tables WHERE tablename IN ('job', 'queue', 'schedule')"
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    before = (namespaces(), portqueue_tables())
+    with pytest.raises(InvalidArgument) as info:
+        migrate(pg_dsn, schema=schema_name)
+    assert info.value.argument == "schema"
+    assert (namespaces(), portqueue_tables()) == before

@@ -1,0 +1,98 @@
+"""What a schema holds, read from the system catalogs, for comparing two schemas."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+_QUERIES = {
+    # Every relation (tables, indexes, sequences, views) and its kind.
+    "relations": """
+        SELECT c.relname, c.relkind::text
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY 1""",
+    # Columns in table order: name, type, nullability, default, identity.
+    "columns": """
+        SELECT c.relname, a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,
+               pg_get_expr(d.adbin, d.adrelid), a.attidentity::text, a.attgenerated::text
+        FROM pg_attribute a
+        JOIN pg_class c ON c.oid = a.attrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+        WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
+          AND a.attnum > 0 AND NOT a.attisdropped
+        ORDER BY c.relname, a.attnum""",
+    "constraints": """
+        SELECT cl.relname, con.conname, con.contype::text, pg_get_constraintdef(con.oid)
+        FROM pg_constraint con
+        JOIN pg_class cl ON cl.oid = con.conrelid
+        JOIN pg_namespace n ON n.oid = con.connamespace
+        WHERE n.nspname = %(schema)s
+        ORDER BY 1, 2""",
+    # pg_indexes.indexdef is pg_get_indexdef: schema-qualified.
+    "indexes": """
+        SELECT tablename, indexname, indexdef
+        FROM pg_indexes WHERE schemaname = %(schema)s
+        ORDER BY 1, 2""",
+    "triggers": """
+        SELECT c.relname, t.tgname, pg_get_triggerdef(t.oid)
+        FROM pg_trigger t
+        JOIN pg_class c ON c.oid = t.tgrelid
+        JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
+        ORDER BY 1, 2""",
+    "functions": """
+        SELECT p.proname, pg_get_function_identity_arguments(p.oid),
+               pg_get_function_result(p.oid), l.lanname, p.prosrc
+        FROM pg_proc p
+        JOIN pg_namespace n ON n.oid = p.pronamespace
+        JOIN pg_language l ON l.oid = p.prolang
+        WHERE n.nspname = %(schema)s
+        ORDER BY 1, 2""",
+    "enums": """
+        SELECT t.typname, array_agg(e.enumlabel::text ORDER BY e.enumsortorder)
+        FROM pg_enum e
+        JOIN pg_type t ON t.oid = e.enumtypid
+        JOIN pg_namespace n ON n.oid = t.typnamespace
+        WHERE n.nspname = %(schema)s
+        GROUP BY t.typname
+        ORDER BY 1""",
+}
+
+
+def schema_catalog(conn: psycopg.Connection[Any], schema: str) -> dict[str, list[tuple[Any, ...]]]:
+    """Every part of ``schema`` a migration creates, as sorted rows per kind.
+
+    Text that names the schema (index and trigger definitions, casts to the
+    enum) has it replaced by ``<schema>``, so two schemas can be compared.
+    """
+    catalog: dict[str, list[tuple[Any, ...]]] = {}
+    for kind, query in _QUERIES.items():
+        rows = conn.execute(query, {"schema": schema}).fetchall()
+        catalog[kind] = [tuple(_neutral(value, schema) for value in row) for row in rows]
+    catalog["alembic_version"] = alembic_versions(conn, schema)
+    return catalog
+
+
+def alembic_versions(conn: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    query = sql.SQL("SELECT version_num FROM {} ORDER BY 1").format(
+        sql.Identifier(schema, "alembic_version"))
+    return [tuple(row) for row in conn.execute(query).fetchall()]
+
+
+def _neutral(value: Any, schema: str) -> Any:
+    if isinstance(value, str):
+        return value.replace(f'"{schema}".', "<schema>.").replace(f"{schema}.", "<schema>.")
+    if isinstance(value, list):
+        return tuple(_neutral(item, schema) for item in value)
+    return value
+
+
+EXPECTED_TABLES = {"alembic_version", "queue", "job", "schedule", "worker"}
+
+
+def tables(catalog: dict[str, list[tuple[Any, ...]]]) -> set[str]:
+    return {name for name, kind in catalog["relations"] if kind == "r"}

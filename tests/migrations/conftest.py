@@ -1,0 +1,79 @@
+"""Fixtures for the migration tests: brand-new, empty databases made on demand."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.conftest import dsn_for_database
+
+ROOT = Path(__file__).resolve().parents[2]
+# A port nothing listens on: a command that connects to it fails at once.
+CLOSED_PORT_DSN = "postgresql://portqueue:s3cretpw@127.0.0.1:1/portqueue"
+
+
+def _drop(server_dsn: str, database: str) -> None:
+    with psycopg.connect(server_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+            sql.Identifier(database)))
+
+
+@pytest.fixture
+def new_database(pg_server_dsn: str) -> Iterator[Callable[[str], str]]:
+    """``new_database(label)`` creates an empty database and returns its DSN.
+
+    Names are unique per xdist worker and label, so parallel workers never
+    share one; every database is dropped when the test ends.
+    """
+    worker = re.sub(r"\W", "_", os.environ.get("PYTEST_XDIST_WORKER", "main"))
+    created: list[str] = []
+
+    def create(label: str) -> str:
+        database = f"pq_mig_{label}_{worker}_{os.getpid()}"
+        _drop(pg_server_dsn, database)
+        with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+        created.append(database)
+        return dsn_for_database(pg_server_dsn, database)
+
+    yield create
+    for database in created:
+        _drop(pg_server_dsn, database)
+
+
+def cli_command() -> list[str]:
+    """The ``portqueue`` console script of the running environment."""
+    script = Path(sys.executable).parent / "portqueue"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "portqueue.cli"]
+
+
+def cli_env(**overrides: str) -> dict[str, str]:
+    """The environment minus every portqueue setting, plus ``overrides``."""
+    env = {
+        key: value for key, value in os.environ.items()
+        if not key.startswith("PORTQUEUE_") and key != "PYTHONPATH"
+    }
+    env.update(overrides)
+    return env
+
+
+def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*cli_command(), *args],
+        env=dict(env) if env is not None else cli_env(),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )

@@ -1,0 +1,50 @@
+"""sql/schema.sql is the DDL snapshot: it equals "every migration applied" (STYLE 11).
+
+Two ways it can go stale, one test each: the text differs from what the
+migrations print today, or the text, run by hand the way a DBA would, builds a
+different database than ``migrate()`` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import psycopg
+
+from portqueue.migrate import migrate, migration_sql
+from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
+
+SCHEMA_SQL = Path(__file__).resolve().parents[2] / "sql" / "schema.sql"
+
+
+def test_schema_sql_is_the_migrations_output() -> None:
+    assert SCHEMA_SQL.read_text(encoding="utf-8") == migration_sql(), (
+        "sql/schema.sql is stale: run `python tools/dump_schema.py` and commit the result")
+
+
+def test_schema_sql_builds_the_same_database_as_migrate(
+    new_database: Callable[[str], str],
+) -> None:
+    from_file_dsn = new_database("snapshot_file")
+    migrated_dsn = new_database("snapshot_migrate")
+
+    with psycopg.connect(from_file_dsn, autocommit=True) as conn:
+        # The file carries its own BEGIN/COMMIT; with no parameters psycopg
+        # sends it as one simple-protocol query, as psql -f would.
+        conn.execute(SCHEMA_SQL.read_text(encoding="utf-8"))
+        from_file = schema_catalog(conn, "portqueue")
+    migrate(migrated_dsn)
+    with psycopg.connect(migrated_dsn, autocommit=True) as conn:
+        migrated = schema_catalog(conn, "portqueue")
+
+    # Guard against comparing two empty catalogs.
+    assert tables(migrated) == EXPECTED_TABLES
+    assert migrated["alembic_version"] == [("0001",)]
+    for kind in ("columns", "constraints", "indexes", "triggers", "functions", "enums"):
+        assert migrated[kind], f"no {kind} found after migrate(): the catalog query is broken"
+
+    for kind in migrated:
+        assert from_file[kind] == migrated[kind], (
+            f"{kind} differ between sql/schema.sql and migrate(); "
+            "run `python tools/dump_schema.py`")

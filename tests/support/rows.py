@@ -1,0 +1,138 @@
+"""Arranging and asserting with plain SQL, and a caller's own transaction for either client.
+
+The producing/managing/reading tests read what portqueue wrote straight from
+the tables (never through the API under test) and put rows into states the API
+cannot reach yet (active, finished) with test-written UPDATEs.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+
+from portqueue import PortQueue
+from portqueue.tx import AsyncTx, SyncTx, from_psycopg
+
+
+def db_now(db: psycopg.Connection[Any]) -> datetime:
+    """The database clock (a new transaction per call on the autocommit ``db``)."""
+    row = db.execute("SELECT now()").fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def fetch_one(
+    db: psycopg.Connection[Any], schema: str, table: str, where: str, params: Any = None
+) -> dict[str, Any] | None:
+    query = sql.SQL("SELECT * FROM {} WHERE ").format(sql.Identifier(schema, table)) + sql.SQL(
+        where)
+    with db.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(query, params)
+        return cursor.fetchone()
+
+
+def job_row(db: psycopg.Connection[Any], schema: str, job_id: str) -> dict[str, Any]:
+    row = fetch_one(db, schema, "job", "id = %s", [job_id])
+    assert row is not None, f"job {job_id} is not in the table"
+    return row
+
+
+def schedule_row(db: psycopg.Connection[Any], schema: str, schedule_id: str) -> dict[str, Any]:
+    row = fetch_one(db, schema, "schedule", "id = %s", [schedule_id])
+    assert row is not None, f"schedule {schedule_id} is not in the table"
+    return row
+
+
+def queue_row(db: psycopg.Connection[Any], schema: str, queue: str) -> dict[str, Any] | None:
+    return fetch_one(db, schema, "queue", "name = %s", [queue])
+
+
+def count_rows(
+    db: psycopg.Connection[Any], schema: str, table: str, where: str = "true", params: Any = None
+) -> int:
+    query = sql.SQL("SELECT count(*) FROM {} WHERE ").format(
+        sql.Identifier(schema, table)) + sql.SQL(where)
+    row = db.execute(query, params).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def update_job(
+    db: psycopg.Connection[Any], schema: str, job_id: str, assignments: str
+) -> None:
+    """``UPDATE job SET <assignments>`` for one job (literal, test-written SQL)."""
+    query = (sql.SQL("UPDATE {} SET ").format(sql.Identifier(schema, "job"))
+             + sql.SQL(assignments) + sql.SQL(" WHERE id = %s"))
+    result = db.execute(query, [job_id])
+    assert result.rowcount == 1, f"job {job_id} was not updated"
+
+
+ACTIVE = (
+    "status = 'active', attempt = 1, lease_token = 1, "
+    "lease_expires_at = now() + interval '1 min', started_at = now()"
+)
+
+
+def make_active(db: psycopg.Connection[Any], schema: str, job_id: str) -> None:
+    """What a claim does to a row, short of a worker (which comes with a later issue)."""
+    update_job(db, schema, job_id, ACTIVE)
+
+
+def finish(db: psycopg.Connection[Any], schema: str, job_id: str, status: str) -> None:
+    assert status in ("completed", "failed", "cancelled", "expired")
+    update_job(db, schema, job_id, f"status = '{status}', finished_at = now()")
+
+
+def is_async(client: Any) -> bool:
+    return not isinstance(client, PortQueue)
+
+
+class CallerTx:
+    """A caller's own psycopg connection in a transaction, for whichever client runs the test.
+
+    For PortQueue it is a sync ``Connection``; for the async client (driven by
+    tests.support.clients.BlockingAsyncClient) an ``AsyncConnection`` on that
+    client's event loop. ``tx`` is what the test passes as ``tx=``.
+    """
+
+    def __init__(self, client: Any, dsn: str, **connect_kwargs: Any) -> None:
+        self.client = client
+        self.is_async = is_async(client)
+        if self.is_async:
+            self.conn: Any = client.run(psycopg.AsyncConnection.connect(dsn, **connect_kwargs))
+        else:
+            self.conn = psycopg.connect(dsn, **connect_kwargs)
+        self.tx: SyncTx | AsyncTx = from_psycopg(self.conn)
+
+    def _wait(self, value: Any) -> Any:
+        return self.client.run(value) if self.is_async else value
+
+    def execute(self, query: Any, params: Any = None) -> list[tuple[Any, ...]]:
+        if self.is_async:
+
+            async def run() -> list[tuple[Any, ...]]:
+                cursor = await self.conn.execute(query, params)
+                return await cursor.fetchall() if cursor.description else []
+
+            return self.client.run(run())  # type: ignore[no-any-return]
+        cursor = self.conn.execute(query, params)
+        return cursor.fetchall() if cursor.description else []
+
+    def commit(self) -> None:
+        self._wait(self.conn.commit())
+
+    def rollback(self) -> None:
+        self._wait(self.conn.rollback())
+
+    def close(self) -> None:
+        self._wait(self.conn.close())
+
+    def __enter__(self) -> CallerTx:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
