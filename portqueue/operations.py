@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 from croniter import croniter
 
 from portqueue import validation
-from portqueue.driver import Operation, Rows
+from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
 from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
 from portqueue.ids import uuid7
 from portqueue.queries import Queries
@@ -301,7 +301,17 @@ def _scheduled(queue: str, row: dict[str, Any], *, deduplicated: bool = False) -
 
 
 def retry_job(q: Queries, job_id: str) -> Operation[AddJobResult | None]:
-    rows = yield q("retry_job", job_id=job_id)
+    yield q("savepoint")
+    try:
+        rows = yield q("retry_job", job_id=job_id)
+    except Exception as error:
+        if sqlstate(error) != UNIQUE_VIOLATION:
+            raise
+        # A concurrent add took the singleton key: report it like any holder.
+        yield q("rollback_to_savepoint")
+        rows = []
+    else:
+        yield q("release_savepoint")
     if rows:
         return _added(rows[0]["id"], rows[0]["queue"], rows[0])
     blockers = yield q("retry_blocker", job_id=job_id)

@@ -29,6 +29,18 @@ WHERE j.id = %(job_id)s
           AND other.status IN ('pending', 'active') AND other.id <> j.id))
 RETURNING j.id, j.queue, j.status::text AS status, j.start_after;
 
+-- name: savepoint
+-- retry_job's UPDATE can meet a singleton key taken by a concurrent add that
+-- committed after the NOT EXISTS check looked; the savepoint lets it recover
+-- without aborting the caller's transaction.
+SAVEPOINT portqueue_retry;
+
+-- name: release_savepoint
+RELEASE SAVEPOINT portqueue_retry;
+
+-- name: rollback_to_savepoint
+ROLLBACK TO SAVEPOINT portqueue_retry;
+
 -- name: retry_blocker
 -- Why retry_job re-armed nothing: the job is pending already (the row
 -- itself), or another live job holds its singleton key. No row: the job is

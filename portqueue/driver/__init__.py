@@ -23,10 +23,18 @@ Operation = Generator[Query, Rows, T]
 
 
 def run_sync(operation: Operation[T], query: Query, execute: Callable[[Query], Rows]) -> T:
-    """Drive ``operation`` from its first ``query`` (already taken) to its result."""
+    """Drive ``operation`` from its first ``query`` (already taken) to its result.
+
+    A database error is thrown into the operation, which may handle it (after
+    rolling back to a savepoint of its own) or let it propagate."""
     try:
         while True:
-            query = operation.send(execute(query))
+            try:
+                rows = execute(query)
+            except Exception as error:
+                query = operation.throw(error)
+            else:
+                query = operation.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
@@ -37,7 +45,12 @@ async def run_async(
     """Drive ``operation`` from its first ``query`` (already taken) to its result."""
     try:
         while True:
-            query = operation.send(await execute(query))
+            try:
+                rows = await execute(query)
+            except Exception as error:
+                query = operation.throw(error)
+            else:
+                query = operation.send(rows)
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
 
@@ -60,3 +73,17 @@ def call_blocking_sync(function: Callable[[], T]) -> T:
 
 async def call_blocking_async(function: Callable[[], T]) -> T:
     return await asyncio.to_thread(function)
+
+
+def sqlstate(error: BaseException) -> str | None:
+    """The SQLSTATE behind ``error``, through SQLAlchemy's and Django's wrappers."""
+    seen: BaseException | None = error
+    while seen is not None:
+        code = getattr(seen, "sqlstate", None) or getattr(seen, "pgcode", None)
+        if isinstance(code, str):
+            return code
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return None
+
+
+UNIQUE_VIOLATION = "23505"
