@@ -11,16 +11,22 @@ this module prints about a connection goes through :func:`redact` first.
 
 from __future__ import annotations
 
+import asyncio
+import importlib
+import logging
+import os
 import re
 import sys
-from typing import Annotated, NoReturn
+from typing import Annotated, Any, NoReturn
 from urllib.parse import unquote
 
 import psycopg
 import typer
 from psycopg.conninfo import conninfo_to_dict
 
-from portqueue.errors import InvalidArgument
+from portqueue.async_client import AsyncPortQueue
+from portqueue.client import PortQueue
+from portqueue.errors import InvalidArgument, PortQueueError
 from portqueue.migrate import head_revision, migrate, migration_sql
 from portqueue.validation import schema_name
 
@@ -118,6 +124,87 @@ def migrate_command(
     except (psycopg.Error, SQLAlchemyError, CommandError) as exc:
         _fail(EXIT_FAILURE, f"migration failed: {redact(_describe(exc), dsn)}")
     typer.echo(f"portqueue: schema {schema!r} is at revision {head_revision()} (head)")
+
+
+@app.command("worker")
+def worker_command(
+    target: Annotated[str, typer.Argument(
+        help="Where your client is: MODULE:ATTRIBUTE, e.g. myapp.jobs:pq.",
+        show_default=False)],
+    queues: Annotated[str | None, typer.Option(
+        "--queues", help="Comma-separated queues to consume (default: every queue with "
+        "a handler).", show_default=False)] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        "--concurrency", help="Override every queue's concurrency.", show_default=False)] = None,
+    instance_key: Annotated[str | None, typer.Option(
+        "--instance-key", envvar="PORTQUEUE_INSTANCE_KEY",
+        help="This instance's key, matched by preferred_instance_key_pattern.",
+        show_default=False)] = None,
+    dsn: Annotated[str | None, typer.Option(
+        "--dsn", envvar="PORTQUEUE_DSN", help="Override the client's connection string.",
+        show_default=False)] = None,
+    schema: Annotated[str | None, typer.Option(
+        "--schema", envvar="PORTQUEUE_SCHEMA", help="Override the client's schema.",
+        show_default=False)] = None,
+    poll_interval: Annotated[float, typer.Option(
+        "--poll-interval", help="Seconds between polls when no NOTIFY arrives.")] = 1.0,
+    grace_seconds: Annotated[float, typer.Option(
+        "--grace-seconds", help="How long SIGTERM waits for running jobs.")] = 30.0,
+    scheduler: Annotated[bool, typer.Option(
+        "--scheduler/--no-scheduler", help="Run the scheduler in this process.")] = True,
+    maintenance: Annotated[bool, typer.Option(
+        "--maintenance/--no-maintenance",
+        help="Run maintenance (lease rescue) in this process.")] = True,
+    log_level: Annotated[str, typer.Option("--log-level", help="Logging level.")] = "INFO",
+) -> None:
+    """Run a managed worker for the handlers registered on your client.
+
+    SIGTERM stops claiming, waits for running jobs (up to --grace-seconds) and
+    exits 0; a second signal, or SIGINT, aborts: every handler's signal is set
+    and unfinished jobs go back to pending at once, without spending an attempt.
+    Exits 1 on a fatal error, 2 on a usage error.
+
+    Examples:
+
+        portqueue worker myapp.jobs:pq
+
+        portqueue worker myapp.jobs:pq --queues emails,reports --concurrency 20
+    """
+    logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    client = _load_client(target)
+    effective_dsn = dsn or client._settings.dsn
+    try:
+        client = client._reconfigured(dsn=dsn, schema=schema, instance_key=instance_key)
+        options: dict[str, Any] = {
+            "queues": None if queues is None else [q.strip() for q in queues.split(",") if q],
+            "concurrency": concurrency, "scheduler": scheduler, "maintenance": maintenance,
+            "poll_interval": poll_interval, "grace_seconds": grace_seconds,
+        }
+        if isinstance(client, AsyncPortQueue):
+            asyncio.run(client.run(**options))
+        else:
+            client.run(**options)
+    except InvalidArgument as exc:
+        _fail(EXIT_USAGE, redact(str(exc), effective_dsn))
+    except (PortQueueError, psycopg.Error, OSError) as exc:
+        _fail(EXIT_FAILURE, f"worker failed: {redact(_describe(exc), effective_dsn)}")
+
+
+def _load_client(target: str) -> PortQueue | AsyncPortQueue:
+    module_name, _, attribute = target.partition(":")
+    if not module_name or not attribute:
+        _fail(EXIT_USAGE, f"target must be MODULE:ATTRIBUTE, got {target!r}")
+    sys.path.insert(0, os.getcwd())
+    try:
+        found: Any = importlib.import_module(module_name)
+        for part in attribute.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        _fail(EXIT_USAGE, f"cannot load {target!r}: {exc}")
+    if not isinstance(found, (PortQueue, AsyncPortQueue)):
+        _fail(EXIT_USAGE, f"{target!r} is a {type(found).__name__}, not a PortQueue")
+    return found
 
 
 def _describe(exc: BaseException) -> str:

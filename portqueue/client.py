@@ -5,20 +5,23 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg_pool import ConnectionPool
 
-from portqueue import operations
+from portqueue import operations, validation
 from portqueue.driver import Operation, call_blocking_sync, execute_sync, run_sync
-from portqueue.errors import InvalidArgument
+from portqueue.errors import InvalidArgument, JobFailedError
 from portqueue.migrate import migrate
 from portqueue.queries import Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import SyncTx
 from portqueue.types import (
+    FINISHED_STATUSES,
     AddJobResult,
     CancelResult,
     JobSnapshot,
@@ -33,8 +36,12 @@ from portqueue.types import (
     ScheduleInfo,
 )
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PAGE, batch_tx
+from portqueue.worker.host import ThreadWorkerHost
+from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, Registry, queue_spec
+from portqueue.worker.runtime import Worker
 
 T = TypeVar("T")
+H = TypeVar("H", bound=Callable[..., Any])
 
 
 class PortQueue:
@@ -90,6 +97,24 @@ class PortQueue:
         )
         self._open_lock = threading.Lock()
         self._opened = False
+        self._registry = Registry()
+        self._host: ThreadWorkerHost | None = None
+
+    def _reconfigured(self, **overrides: Any) -> PortQueue:
+        """A new client with the same settings and registrations, some settings
+        replaced (the CLI's --dsn, --schema, --instance-key)."""
+        settings = self._settings
+        options: dict[str, Any] = {
+            "schema": settings.schema, "instance_key": settings.instance_key,
+            "max_payload_bytes": settings.max_payload_bytes,
+            "pool_min_size": settings.pool_min_size, "pool_max_size": settings.pool_max_size,
+            "poll_only": settings.poll_only, "application_name": settings.application_name,
+            "default_retention_seconds": settings.default_retention_seconds,
+        }
+        options.update({k: v for k, v in overrides.items() if k != "dsn" and v is not None})
+        client = PortQueue(overrides.get("dsn") or settings.dsn, **options)
+        client._registry = self._registry
+        return client
 
     @property
     def schema(self) -> str:
@@ -285,3 +310,198 @@ class PortQueue:
         """A page of schedules (of ``queue``, when given), newest first."""
         operation = operations.read_schedules(self._settings, queue, enabled, limit, offset)
         return self._run(operation, tx)
+
+    # --- consuming: registration (plain calls, no I/O) ---
+
+    def handler(
+        self,
+        queue: str,
+        *,
+        concurrency: int = 1,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        retention: Retention | Mapping[str, Any] | None = None,
+        expire_in_seconds: int | None = None,
+        timeout_seconds: int | None = None,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        dead_letter_queue: str | None = None,
+        dont_autoretry_for: Sequence[type[BaseException]] = (),
+    ) -> Callable[[H], H]:
+        """Decorator: make the function the handler of ``queue``; see ``create_queue``."""
+
+        def register(function: H) -> H:
+            self.create_queue(
+                queue=queue, handler=function, concurrency=concurrency, retry=retry,
+                retention=retention, expire_in_seconds=expire_in_seconds,
+                timeout_seconds=timeout_seconds, lease_seconds=lease_seconds,
+                dead_letter_queue=dead_letter_queue, dont_autoretry_for=dont_autoretry_for,
+            )
+            return function
+
+        return register
+
+    def create_queue(
+        self,
+        *,
+        queue: str,
+        handler: Callable[..., Any],
+        concurrency: int = 1,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        retention: Retention | Mapping[str, Any] | None = None,
+        expire_in_seconds: int | None = None,
+        timeout_seconds: int | None = None,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        dead_letter_queue: str | None = None,
+        dont_autoretry_for: Sequence[type[BaseException]] = (),
+    ) -> None:
+        """Process ``queue`` in this client's workers with ``handler`` (sync or async).
+
+        ``concurrency`` (default 1) bounds the jobs running at once in this process.
+        ``retry``, ``retention``, ``expire_in_seconds`` and ``timeout_seconds`` become
+        the queue's defaults (stored in the ``queue`` table when a worker starts,
+        so producers anywhere use them). ``lease_seconds`` (default 60): how long a
+        running job survives without a heartbeat before it is rescued.
+        ``dead_letter_queue`` receives a copy of each job that ends failed.
+        Exceptions in ``dont_autoretry_for`` fail the job without retrying.
+        """
+        self._registry.add_queue(queue_spec(
+            queue=queue, handler=handler, concurrency=concurrency, retry=retry,
+            retention=retention, expire_in_seconds=expire_in_seconds,
+            timeout_seconds=timeout_seconds, lease_seconds=lease_seconds,
+            dead_letter_queue=dead_letter_queue, dont_autoretry_for=dont_autoretry_for,
+        ))
+
+    def on(self, event: str, callback: Callable[..., Any]) -> None:
+        """Call ``callback(snapshot)`` on ``job_started``, ``job_completed``,
+        ``job_cancelled``, ``job_progress``, and ``callback(snapshot, error)`` on
+        ``job_failed`` (once, when the job ends failed) and ``job_retrying``."""
+        self._registry.on(event, callback)
+
+    # --- consuming: running workers ---
+
+    def _worker(
+        self, queues: Sequence[str] | None, concurrency: int | None, maintenance: bool,
+        poll_interval: float, grace_seconds: float,
+    ) -> Worker:
+        if self._host is not None:
+            raise InvalidArgument("start", "this client's worker is already running")
+        registered = self._registry.queues()
+        chosen = registered if queues is None else {
+            name: registered[name] for name in validation.known_queues(queues, registered)}
+        if not chosen:
+            raise InvalidArgument("queues", "no queue has a handler in this client")
+        if concurrency is not None:
+            limit = validation.integer("concurrency", concurrency, minimum=1, maximum=10_000)
+            chosen = {name: spec.with_concurrency(limit) for name, spec in chosen.items()}
+        return Worker(
+            self._settings, self._registry, queues=chosen,
+            poll_interval=validation.positive_seconds("poll_interval", poll_interval),
+            grace_seconds=validation.positive_seconds("grace_seconds", grace_seconds),
+            maintenance=maintenance,
+        )
+
+    def start(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        scheduler: bool = True,
+        maintenance: bool = True,
+        poll_interval: float = 1.0,
+        grace_seconds: float = 30.0,
+    ) -> None:
+        """Start consuming the registered queues (or ``queues``); returns once running.
+
+        ``concurrency`` overrides every queue's. ``poll_interval`` (default 1 s) is
+        the fallback when no NOTIFY arrives; ``grace_seconds`` (default 30) bounds
+        how long ``stop()`` waits for running handlers. ``maintenance`` runs the
+        lease rescuer in this process; ``scheduler`` is reserved for the scheduler.
+        """
+        worker = self._worker(queues, concurrency, maintenance, poll_interval, grace_seconds)
+        host = ThreadWorkerHost(worker)
+        host.start()
+        self._host = host
+
+    def stop(self, *, abort: bool = False) -> None:
+        """Stop claiming and wait for running handlers (up to ``grace_seconds``); with
+        ``abort``, set every handler's signal and release unfinished jobs to pending
+        at once, without spending their attempt."""
+        host, self._host = self._host, None
+        if host is not None:
+            host.stop(abort=abort)
+
+    def run(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        scheduler: bool = True,
+        maintenance: bool = True,
+        poll_interval: float = 1.0,
+        grace_seconds: float = 30.0,
+    ) -> None:
+        """Run workers until SIGTERM (drain, then return) or SIGINT / a second signal
+        (abort). Raises ``PortQueueError`` if the worker dies of a fatal error."""
+        worker = self._worker(queues, concurrency, maintenance, poll_interval, grace_seconds)
+        host = ThreadWorkerHost(worker)
+        self._host = host
+        try:
+            host.run()
+        finally:
+            self._host = None
+
+    # --- waiting for a result ---
+
+    def wait_for_job(self, *, job_id: str, timeout_seconds: float) -> JobSnapshot:
+        """The job's snapshot once it has finished (any final status).
+
+        Listens for the job's finish notification rather than polling; raises the
+        builtin ``TimeoutError`` when ``timeout_seconds`` pass first."""
+        checked = validation.job_id(job_id)
+        deadline = time.monotonic() + validation.positive_seconds(
+            "timeout_seconds", timeout_seconds)
+        with self._waiter_connection() as conn:
+            return self._wait_finished(conn, checked, deadline)
+
+    def add_job_and_wait(
+        self, *, queue: str, data: Any, timeout_seconds: float, **options: Any
+    ) -> Any:
+        """Add a one-off job (``add_job``'s options) and return its handler's result.
+
+        Raises ``JobFailedError`` (with ``.job``) if it ends failed, cancelled or
+        expired, and ``TimeoutError`` if it has not finished in time."""
+        deadline = time.monotonic() + validation.positive_seconds(
+            "timeout_seconds", timeout_seconds)
+        if validation.is_recurring(options.get("schedule")):
+            raise InvalidArgument("schedule", "add_job_and_wait takes one-off jobs only")
+        with self._waiter_connection() as conn:
+            # Subscribed before the insert: the finish cannot slip past us.
+            added = self.add_job(queue=queue, data=data, **options)
+            assert added.job_id is not None
+            snapshot = self._wait_finished(conn, added.job_id, deadline)
+        if snapshot.status is JobStatus.COMPLETED:
+            return snapshot.output
+        raise JobFailedError(snapshot)
+
+    def _waiter_connection(self) -> psycopg.Connection[Any]:
+        conn = psycopg.Connection.connect(
+            self._settings.dsn, autocommit=True, **self._settings.connection_kwargs("waiter"))
+        channel = psycopg.sql.Identifier(self._settings.queries.finished_channel)
+        conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
+        return conn
+
+    def _wait_finished(
+        self, conn: psycopg.Connection[Any], job_id: str, deadline: float
+    ) -> JobSnapshot:
+        q = self._settings.queries
+        watched = execute_sync(conn, q("watch_job", job_id=job_id))
+        if not watched:
+            raise InvalidArgument("job_id", f"no job {job_id}")
+        if not watched[0]["finished"]:
+            for notify in conn.notifies(timeout=max(deadline - time.monotonic(), 0)):
+                if notify.payload == job_id:
+                    break
+            else:
+                raise TimeoutError(f"job {job_id} did not finish in time")
+        snapshot = self.get_job(job_id=job_id)
+        assert snapshot is not None and snapshot.status in FINISHED_STATUSES
+        return snapshot

@@ -62,6 +62,7 @@ class Queries:
         # Channel names match the triggers in the migrations: "<schema>.<topic>".
         self.job_channel = f"{schema}.job"
         self.cancel_channel = f"{schema}.cancel"
+        self.finished_channel = f"{schema}.finished"
 
     def __call__(self, name: str, **params: Any) -> Query:
         return Query(name, self._rendered[name], params)

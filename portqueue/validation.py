@@ -679,3 +679,26 @@ def batch_tx(tx: object, jobs: object) -> object:
         if entry_tx is not named[0] or (tx is not None and entry_tx is not tx):
             raise InvalidArgument(f"jobs[{index}].tx", "every entry must share the same tx")
     return named[0]
+
+
+def positive_seconds(argument: str, value: object) -> float:
+    """A duration in seconds that may be fractional: waits and intervals, not schedules."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidArgument(argument, f"must be a number of seconds, got {type(value).__name__}")
+    if not 0 < value <= 365 * 24 * 3600:
+        raise InvalidArgument(argument, f"must be more than 0 and at most a year, got {value}")
+    return float(value)
+
+
+def known_queues(queues: object, registered: Mapping[str, Any]) -> list[str]:
+    if isinstance(queues, (str, bytes)) or not isinstance(queues, Sequence):
+        raise InvalidArgument("queues", "must be a list of queue names")
+    for name in queues:
+        if name not in registered:
+            raise InvalidArgument("queues", f"{name!r} has no handler in this client")
+    return list(queues)
+
+
+def is_recurring(value: object) -> bool:
+    checked = schedule(value)
+    return checked is not None and checked.recurring

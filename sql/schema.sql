@@ -176,5 +176,27 @@ CREATE TRIGGER job_pending_notify AFTER UPDATE OF status ON "portqueue".job
 
 INSERT INTO portqueue.alembic_version (version_num) VALUES ('0001') RETURNING portqueue.alembic_version.version_num;
 
+-- Running upgrade 0001 -> 0002
+
+-- Set by add_job_and_wait / wait_for_job: the statement that finishes such a
+-- job sends its id on "<schema>.finished". Jobs nobody waits for send nothing,
+-- so the hot completion path pays no NOTIFY per job.
+ALTER TABLE "portqueue".job ADD COLUMN notify_finished boolean NOT NULL DEFAULT false;
+
+CREATE FUNCTION "portqueue".notify_job_finished() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.finished', NEW.id::text);
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_finished_notify AFTER UPDATE OF status ON "portqueue".job
+    FOR EACH ROW
+    WHEN (NEW.notify_finished AND NEW.finished_at IS NOT NULL AND OLD.finished_at IS NULL)
+    EXECUTE FUNCTION "portqueue".notify_job_finished();
+
+UPDATE portqueue.alembic_version SET version_num='0002' WHERE portqueue.alembic_version.version_num = '0001';
+
 COMMIT;
 

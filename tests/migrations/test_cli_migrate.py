@@ -9,8 +9,11 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from portqueue.migrate import head_revision
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
 from tests.migrations.conftest import CLOSED_PORT_DSN, ROOT, cli_env, run_cli
+
+HEAD = head_revision()
 
 PASSWORD = "s3cretpw"
 
@@ -36,11 +39,11 @@ def test_migrate_creates_the_schema(new_database: Callable[[str], str], tmp_path
     result = run_cli("migrate", "--dsn", dsn, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
-        "portqueue: schema 'portqueue' is at revision 0001 (head)"]
+        f"portqueue: schema 'portqueue' is at revision {HEAD} (head)"]
     with psycopg.connect(dsn, autocommit=True) as conn:
         catalog = schema_catalog(conn, "portqueue")
     assert tables(catalog) == EXPECTED_TABLES
-    assert catalog["alembic_version"] == [("0001",)]
+    assert catalog["alembic_version"] == [(HEAD,)]
 
 
 def test_migrate_reads_dsn_and_schema_from_the_environment(

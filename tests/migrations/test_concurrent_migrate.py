@@ -13,9 +13,11 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 from sqlalchemy.exc import OperationalError
 
-from portqueue.migrate import _lock_key, migrate
+from portqueue.migrate import _lock_key, head_revision, migrate
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
 from tests.migrations.conftest import cli_command, cli_env
+
+HEAD = head_revision()
 
 PROCESSES = 5
 
@@ -68,11 +70,11 @@ def test_five_processes_migrate_one_empty_database(new_database: Callable[[str],
 
         for process, (stdout, stderr) in zip(processes, outputs, strict=True):
             assert process.returncode == 0, stderr
-            assert stdout.strip() == "portqueue: schema 'portqueue' is at revision 0001 (head)"
+            assert stdout.strip() == f"portqueue: schema 'portqueue' is at revision {HEAD} (head)"
 
         catalog = schema_catalog(conn, "portqueue")
     assert tables(catalog) == EXPECTED_TABLES
-    assert catalog["alembic_version"] == [("0001",)]
+    assert catalog["alembic_version"] == [(HEAD,)]
     with psycopg.connect(reference_dsn, autocommit=True) as reference:
         assert catalog == schema_catalog(reference, "portqueue")
 
@@ -93,7 +95,7 @@ def test_migrating_twice_is_a_no_op(new_database: Callable[[str], str]) -> None:
         migrate(dsn)
         assert conn.execute(identity).fetchone() == ids_before
         assert schema_catalog(conn, "portqueue") == before
-    assert before["alembic_version"] == [("0001",)]
+    assert before["alembic_version"] == [(HEAD,)]
 
 
 def test_a_second_schema_is_independent(new_database: Callable[[str], str]) -> None:

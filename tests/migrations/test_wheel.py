@@ -19,8 +19,11 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from portqueue.migrate import head_revision
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
 from tests.migrations.conftest import ROOT, cli_env
+
+HEAD = head_revision()
 
 pytestmark = pytest.mark.slow
 
@@ -111,8 +114,8 @@ def test_installed_cli_migrates_a_fresh_database(
 
     result = installed.run(portqueue, "migrate", "--dsn", dsn)
     assert result.returncode == 0, result.stderr
-    assert "revision 0001" in result.stdout
+    assert f"revision {HEAD}" in result.stdout
     with psycopg.connect(dsn, autocommit=True) as conn:
         catalog = schema_catalog(conn, "portqueue")
     assert tables(catalog) == EXPECTED_TABLES
-    assert catalog["alembic_version"] == [("0001",)]
+    assert catalog["alembic_version"] == [(HEAD,)]

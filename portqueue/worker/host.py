@@ -1,0 +1,152 @@
+"""Where a worker's loop runs: the caller's asyncio loop, or a thread of its own.
+
+``AsyncWorkerHost`` serves ``AsyncPortQueue``; ``ThreadWorkerHost`` serves
+``PortQueue`` (the same asyncio worker on a private loop in a thread). Both
+implement ``run()``: SIGTERM drains in-flight jobs, a second signal or SIGINT
+aborts (signals set, unfinished jobs released to pending).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import signal
+import threading
+from typing import Any
+
+from portqueue.errors import PortQueueError
+from portqueue.worker.runtime import Worker
+
+log = logging.getLogger("portqueue.worker")
+
+
+def _fatal(worker: Worker) -> PortQueueError:
+    error = PortQueueError(f"worker {worker.id} stopped after a fatal error: {worker.fatal!r}")
+    error.__cause__ = worker.fatal
+    return error
+
+
+class AsyncWorkerHost:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+
+    async def start(self) -> None:
+        await self.worker.start()
+
+    async def stop(self, *, abort: bool = False) -> None:
+        await self.worker.stop(abort=abort)
+
+    async def run(self) -> None:
+        await self.start()
+        loop = asyncio.get_running_loop()
+        finished = asyncio.Event()
+        stopping: list[asyncio.Task[None]] = []
+
+        def on_signal(signum: int) -> None:
+            abort = signum == signal.SIGINT or bool(stopping)
+            log.info("received %s: %s", signal.Signals(signum).name,
+                     "aborting" if abort else "draining")
+            if not stopping:
+                stopping.append(asyncio.create_task(self.worker.stop(abort=abort)))
+                stopping[0].add_done_callback(lambda _: finished.set())
+            elif abort:
+                self.worker.request_abort()
+
+        self.worker.on_fatal = finished.set
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, on_signal, signum)
+        try:
+            await finished.wait()
+            if stopping:
+                await stopping[0]
+            else:
+                await self.worker.stop(abort=True)
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+        if self.worker.fatal is not None:
+            raise _fatal(self.worker)
+
+
+class ThreadWorkerHost:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self._thread: threading.Thread | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._events: queue.SimpleQueue[int | str] = queue.SimpleQueue()
+        self._stopping = False
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._main, name="portqueue-worker", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            self._thread.join()
+            raise self._error
+
+    def _main(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        try:
+            self.loop.run_until_complete(self._serve())
+        finally:
+            self.loop.close()
+
+    async def _serve(self) -> None:
+        self._stopped = asyncio.Event()
+        self.worker.on_fatal = lambda: self._events.put("fatal")
+        try:
+            await self.worker.start()
+        except BaseException as exc:
+            self._error = exc
+            return
+        finally:
+            self._ready.set()
+        await self._stopped.wait()
+
+    async def _stop(self, abort: bool) -> None:
+        try:
+            await self.worker.stop(abort=abort)
+        finally:
+            self._stopped.set()
+
+    def stop(self, *, abort: bool = False) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            return
+        self._stopping = True
+        asyncio.run_coroutine_threadsafe(self._stop(abort), self.loop).result()
+        self._thread.join()
+
+    def _next_event(self) -> int | str:
+        # A timed wait: the main thread stays responsive to signals on every platform.
+        while True:
+            try:
+                return self._events.get(timeout=0.5)
+            except queue.Empty:
+                continue
+
+    def run(self) -> None:
+        self.start()
+
+        def on_signal(signum: int, frame: Any) -> None:
+            if self._stopping:
+                log.info("received %s: aborting", signal.Signals(signum).name)
+                self.worker.request_abort()
+            else:
+                self._events.put(signum)
+
+        previous = {signum: signal.signal(signum, on_signal)
+                    for signum in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            event = self._next_event()
+            if event == "fatal":
+                self.stop(abort=True)
+                raise _fatal(self.worker)
+            abort = event == signal.SIGINT
+            log.info("received %s: %s", signal.Signals(int(event)).name,
+                     "aborting" if abort else "draining")
+            self.stop(abort=abort)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)

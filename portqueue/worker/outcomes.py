@@ -1,0 +1,110 @@
+"""Turning a handler's return or exception into the write that settles the attempt."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from portqueue import validation
+from portqueue.worker.backoff import retry_delay
+from portqueue.worker.state import Running
+
+MAX_TRACEBACK_CHARS = 16_000
+
+
+@dataclass(frozen=True)
+class Completion:
+    running: Running
+    status: str  # "completed", or "cancelled" when it returned after a cancel signal
+    output_json: str
+
+    def as_json(self) -> str:
+        head = json.dumps({"id": self.running.claimed.id,
+                           "lease_token": self.running.claimed.lease_token,
+                           "status": self.status, **_last_report(self.running)})
+        return f'{head[:-1]},"output":{self.output_json}}}'
+
+
+@dataclass(frozen=True)
+class Failure:
+    running: Running
+    status: str  # "failed", or "cancelled" when it raised after a cancel signal
+    retry: bool
+    delay_seconds: float
+    error: dict[str, Any]
+
+    def as_json(self) -> str:
+        return json.dumps({
+            "id": self.running.claimed.id,
+            "lease_token": self.running.claimed.lease_token,
+            "status": self.status,
+            "retry": self.retry,
+            "delay_seconds": self.delay_seconds,
+            "error": self.error,
+            **_last_report(self.running),
+        })
+
+
+def _last_report(running: Running) -> dict[str, Any]:
+    """Progress and attrs not yet touched: the settling write carries them, so
+    a job that finishes before the next heartbeat still records them."""
+    progress, attrs = running.report.take()
+    return {"progress": progress, "attrs": attrs}
+
+
+@dataclass(frozen=True)
+class Settled:
+    """The handler's transaction already wrote the outcome (or was fenced out)."""
+
+    running: Running
+    completed: bool
+
+
+Outcome = Completion | Failure | Settled
+
+
+def _clean(text: str) -> str:
+    # jsonb stores neither NUL nor lone surrogates; an error message may hold both.
+    return text.replace("\x00", "\\0").encode("utf-8", "replace").decode("utf-8")
+
+
+def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
+    kind = type(exc)
+    name = kind.__qualname__
+    if kind.__module__ != "builtins":
+        name = f"{kind.__module__}.{name}"
+    trace = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    return {
+        "attempt": attempt,
+        "type": _clean(name),
+        "message": _clean(str(exc)),
+        "traceback": _clean(trace[-MAX_TRACEBACK_CHARS:]),
+    }
+
+
+def completion(running: Running, result: Any, max_output_bytes: int) -> Outcome:
+    try:
+        output = validation.payload("output", result, max_output_bytes)
+    except ValueError as exc:
+        return failure(running, exc)
+    cancelled = running.state.reason == "cancelled"
+    return Completion(running, "cancelled" if cancelled else "completed", output)
+
+
+def failure(running: Running, exc: BaseException) -> Failure:
+    claimed = running.claimed
+    cancelled = running.state.reason == "cancelled"
+    retry = (
+        not cancelled
+        and claimed.attempt < claimed.max_attempts
+        and not isinstance(exc, running.spec.dont_autoretry_for)
+    )
+    return Failure(
+        running=running,
+        status="cancelled" if cancelled else "failed",
+        retry=retry,
+        delay_seconds=retry_delay(claimed.retry, claimed.attempt) if retry else 0.0,
+        error=error_record(exc, claimed.attempt),
+    )

@@ -1,0 +1,590 @@
+"""The worker: claims jobs, runs handlers, writes outcomes, keeps leases.
+
+One asyncio implementation serves both clients (``PortQueue`` runs it on a
+thread of its own). Its parts, each a task on the worker's loop:
+
+- fetcher: claims up to the free slots in one statement when woken (NOTIFY,
+  a freed slot after a full claim, or the poll interval);
+- runners: one per claimed job; sync handlers run in a thread pool;
+- completer: writes completions and failures in batches, fenced;
+- heartbeat: one statement extends every running lease and carries progress,
+  attrs and cancel requests, on a connection handlers cannot starve;
+- listener: a dedicated LISTEN connection, re-established with backoff;
+- maintenance: the lease rescuer, acting from one worker at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import uuid
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from portqueue import operations
+from portqueue.driver import execute_async, execute_sync
+from portqueue.maintenance.rescuer import Rescuer
+from portqueue.queries import Query
+from portqueue.settings import Settings
+from portqueue.worker.job import AsyncJob, Job, JobReport
+from portqueue.worker.outcomes import Completion, Failure, Outcome, Settled, completion, failure
+from portqueue.worker.registry import QueueSpec, Registry
+from portqueue.worker.signal import SignalState
+from portqueue.worker.state import Claimed, Running
+
+log = logging.getLogger("portqueue.worker")
+
+RECONNECT_MAX_SECONDS = 10.0
+LISTEN_HEALTH_SECONDS = 15.0
+
+
+class Worker:
+    def __init__(
+        self,
+        settings: Settings,
+        registry: Registry,
+        *,
+        queues: Mapping[str, QueueSpec],
+        poll_interval: float,
+        grace_seconds: float,
+        maintenance: bool,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.queues = dict(queues)
+        self.poll_interval = poll_interval
+        self.grace_seconds = grace_seconds
+        self.maintenance_enabled = maintenance
+        self.id = str(uuid.uuid4())
+        self.q = settings.queries
+        self.running: dict[str, Running] = {}
+        self._per_queue: Counter[str] = Counter()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._runners: set[asyncio.Task[None]] = set()
+        self._outcomes: list[Outcome] = []
+        self._stopping = False
+        self._closing = False
+        self._backlog = False
+        self._background: set[asyncio.Task[None]] = set()
+        self.fatal: BaseException | None = None
+        self.on_fatal: Callable[[], None] = lambda: None
+        self._sync_pool: ConnectionPool | None = None
+        self._handler_pool: AsyncConnectionPool | None = None
+        self.lease_seconds_min = min(spec.lease_seconds for spec in self.queues.values())
+
+    # --- life cycle ---
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        self._touch_now = asyncio.Event()
+        self._outcome_ready = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._abort = asyncio.Event()
+        threads = sum(spec.concurrency for spec in self.queues.values() if not spec.is_async)
+        self._threads = ThreadPoolExecutor(max_workers=max(threads, 1) + 4,
+                                           thread_name_prefix="portqueue-handler")
+        self.pool = AsyncConnectionPool(
+            self.settings.dsn, min_size=2, max_size=4, open=False,
+            kwargs=self.settings.connection_kwargs("worker"), name="portqueue:worker")
+        await self.pool.open(wait=True, timeout=30)
+        await self._execute(*[self.q("upsert_queue", **spec.queue_row())
+                              for spec in self.queues.values()])
+        await self._execute(self.q(
+            "register_worker", id=self.id, instance_key=self.settings.instance_key,
+            hostname=socket.gethostname(), pid=os.getpid(), queues=list(self.queues),
+            concurrency=sum(spec.concurrency for spec in self.queues.values())))
+        self._spawn(self._fetch_loop(), "fetcher")
+        self._completer = asyncio.create_task(self._complete_loop(), name="portqueue-completer")
+        self._spawn(self._heartbeat_loop(), "heartbeat")
+        if not self.settings.poll_only:
+            self._spawn(self._listen_loop(), "listener")
+        if self.maintenance_enabled:
+            rescuer = Rescuer(self.settings, self.pool)
+            self._spawn(rescuer.run(lambda: self._stopping), "rescuer")
+        log.info("worker %s started: queues=%s instance_key=%s", self.id,
+                 {name: spec.concurrency for name, spec in self.queues.items()},
+                 self.settings.instance_key)
+
+    def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
+        async def guarded() -> None:
+            try:
+                await coroutine
+            except asyncio.CancelledError:
+                raise
+            except BaseException as exc:  # a loop died: the worker cannot go on
+                log.exception("worker %s: %s failed", self.id, name)
+                self.fatal = exc
+                self._abort.set()
+                self._wake.set()
+                self.on_fatal()
+
+        self._tasks.append(asyncio.create_task(guarded(), name=f"portqueue-{name}"))
+
+    async def stop(self, *, abort: bool = False) -> None:
+        """Stop claiming; let running handlers finish (up to grace_seconds), or
+        with ``abort`` (or on request_abort) set their signals and release them."""
+        if not self._stopping:
+            log.info("worker %s stopping (%s)", self.id, "abort" if abort else "drain")
+        self._stopping = True
+        self._wake.set()
+        if abort:
+            self._abort.set()
+        await self._drain()
+        # The completer finishes what it is writing and everything queued,
+        # then exits: cancelling it mid-write would lose finished outcomes.
+        self._closing = True
+        self._outcome_ready.set()
+        await self._completer
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(psycopg.Error):
+            await self._execute(self.q("unregister_worker", id=self.id))
+        await self.pool.close()
+        if self._handler_pool is not None:
+            await self._handler_pool.close()
+        if self._sync_pool is not None:
+            await asyncio.to_thread(self._sync_pool.close)
+        self._threads.shutdown(wait=False, cancel_futures=True)
+        log.info("worker %s stopped", self.id)
+
+    def request_abort(self) -> None:
+        """Thread-safe: turn a drain in progress into an abort."""
+        self.loop.call_soon_threadsafe(self._abort.set)
+
+    async def _drain(self) -> None:
+        if self.running and not self._abort.is_set():
+            idle = asyncio.create_task(self._idle.wait())
+            abort = asyncio.create_task(self._abort.wait())
+            self._idle.clear()
+            if self.running:
+                await asyncio.wait({idle, abort}, timeout=self.grace_seconds,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            idle.cancel()
+            abort.cancel()
+        if self.running:
+            await self._release_running()
+
+    async def _release_running(self) -> None:
+        released = [r for r in self.running.values() if not r.settled]
+        for running in released:
+            running.settled = True
+            running.state.set("shutdown")
+        if released:
+            payload = [{"id": r.claimed.id, "lease_token": r.claimed.lease_token} for r in released]
+            rows = await self._execute(self.q("release_jobs", jobs=json.dumps(payload)))
+            log.info("worker %s released %d running job(s) to pending", self.id, len(rows[-1]))
+
+    # --- database ---
+
+    async def _execute(self, *queries: Query) -> list[list[dict[str, Any]]]:
+        """Run queries in one transaction on a worker connection (never a handler's)."""
+        async with self.pool.connection() as conn:
+            return [await execute_async(conn, query) for query in queries]
+
+    async def _connect(self, role: str) -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(
+            self.settings.dsn, autocommit=True, **self.settings.connection_kwargs(role))
+
+    async def _sleep_or_stop(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._abort.wait(), seconds)
+
+    # --- fetcher ---
+
+    def _free_slots(self) -> dict[str, int]:
+        return {name: spec.concurrency - self._per_queue[name]
+                for name, spec in self.queues.items()}
+
+    async def _fetch_loop(self) -> None:
+        failures = 0
+        while not self._stopping:
+            self._wake.clear()
+            free = self._free_slots()
+            full = False
+            if sum(free.values()) > 0:
+                try:
+                    claimed, claimed_per_queue = await self._claim(free)
+                    failures = 0
+                except psycopg.Error as exc:
+                    failures += 1
+                    delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                    log.warning("worker %s: claim failed (%s); retrying in %.1fs",
+                                self.id, exc, delay)
+                    await self._sleep_or_stop(delay)
+                    continue
+                # A queue that filled its free slots may have more waiting:
+                # claim again as soon as a slot frees, not at the next NOTIFY.
+                full = any(claimed_per_queue[name] >= slots
+                           for name, slots in free.items() if slots > 0)
+                self._backlog = full
+                for row in claimed:
+                    self._start(row)
+            if full and sum(self._free_slots().values()) > 0:
+                continue
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+
+    async def _claim(self, free: dict[str, int]) -> tuple[list[Claimed], Counter[str]]:
+        """Claim up to the free slots; also how many rows each queue yielded
+        (expired ones included: they used a slot of this claim)."""
+        names = [name for name, slots in free.items() if slots > 0]
+        (rows,) = await self._execute(self.q(
+            "claim",
+            queues=names,
+            slots=[free[name] for name in names],
+            lease_seconds=[self.queues[name].lease_seconds for name in names],
+            instance_key=self.settings.instance_key,
+            worker_id=self.id,
+        ))
+        started = []
+        for row in rows:
+            if row["status"] == "expired":
+                log.info("job %s on %r expired before it could start", row["id"], row["queue"])
+                continue
+            started.append(Claimed.from_row(row))
+        return started, Counter(row["queue"] for row in rows)
+
+    def _start(self, claimed: Claimed) -> None:
+        spec = self.queues[claimed.queue]
+        state = SignalState()
+        if claimed.cancel_requested:
+            state.set("cancelled")
+        running = Running(claimed, spec, state, JobReport(self._touch_soon))
+        self.running[claimed.id] = running
+        self._per_queue[claimed.queue] += 1
+        task = asyncio.create_task(self._run(running), name=f"portqueue-job-{claimed.id}")
+        self._runners.add(task)
+        task.add_done_callback(self._runners.discard)
+        self._emit_later("job_started", [claimed.id])
+
+    def _touch_soon(self) -> None:
+        self.loop.call_soon_threadsafe(self._touch_now.set)
+
+    # --- runners ---
+
+    async def _run(self, running: Running) -> None:
+        try:
+            outcome = await self._call_with_timeout(running)
+        finally:
+            self.running.pop(running.claimed.id, None)
+            self._per_queue[running.claimed.queue] -= 1
+            if not self.running:
+                self._idle.set()
+            if self._backlog:
+                self._wake.set()
+        if outcome is not None and not running.settled:
+            running.settled = True
+            self._outcomes.append(outcome)
+            self._outcome_ready.set()
+
+    async def _call_with_timeout(self, running: Running) -> Outcome | None:
+        if running.spec.is_async:
+            call: asyncio.Future[Outcome] = asyncio.ensure_future(self._invoke_async(running))
+        else:
+            call = asyncio.ensure_future(self.loop.run_in_executor(
+                self._threads, self._invoke_sync, running))
+        timeout = running.claimed.timeout_seconds
+        done, _ = await asyncio.wait({call}, timeout=timeout)
+        if call in done:
+            return call.result()
+        # The attempt fails now and its slot is freed, whether or not the
+        # handler heeds its signal; its late result is fenced out.
+        running.state.set("timeout")
+        if running.spec.is_async:
+            call.cancel()
+        else:
+            call.add_done_callback(lambda _: None)
+        return failure(running, TimeoutError(
+            f"handler exceeded timeout_seconds={timeout}"))
+
+    def _job_fields(self, running: Running) -> dict[str, Any]:
+        claimed = running.claimed
+        return {
+            "job_id": claimed.id, "queue": claimed.queue, "data": json.loads(claimed.data_json),
+            "attempt": claimed.attempt, "max_attempts": claimed.max_attempts,
+            "group_id": claimed.group_id, "report": running.report, "state": running.state,
+        }
+
+    def _invoke_sync(self, running: Running) -> Outcome:
+        job = Job(connect=self._sync_connection, **self._job_fields(running))
+        running.job = job
+        try:
+            result = running.spec.handler(job)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never left active
+            job.close_transaction(commit=False)
+            return failure(running, exc)
+        outcome = completion(running, result, self.settings.max_payload_bytes)
+        if job.open_transaction is None or not isinstance(outcome, Completion):
+            job.close_transaction(commit=False)
+            return outcome
+        try:
+            rows = execute_sync(job.open_transaction, self._complete_query([outcome]))
+            job.close_transaction(commit=bool(rows))
+        except BaseException as exc:
+            job.close_transaction(commit=False)
+            return failure(running, exc)
+        return Settled(running, completed=bool(rows))
+
+    async def _invoke_async(self, running: Running) -> Outcome:
+        job = AsyncJob(connect=self._async_connection, **self._job_fields(running))
+        running.job = job
+        try:
+            result = await running.spec.handler(job)
+        except BaseException as exc:  # CancelledError included: recorded, never left active
+            await job.close_transaction(commit=False)
+            return failure(running, exc)
+        outcome = completion(running, result, self.settings.max_payload_bytes)
+        if job.open_transaction is None or not isinstance(outcome, Completion):
+            await job.close_transaction(commit=False)
+            return outcome
+        try:
+            rows = await execute_async(job.open_transaction, self._complete_query([outcome]))
+            await job.close_transaction(commit=bool(rows))
+        except BaseException as exc:
+            await job.close_transaction(commit=False)
+            return failure(running, exc)
+        return Settled(running, completed=bool(rows))
+
+    def _sync_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
+        if self._sync_pool is None:
+            # Created on first use, from a handler thread: only handlers use it.
+            self._sync_pool = ConnectionPool(
+                self.settings.dsn, min_size=0, max_size=self.settings.pool_max_size,
+                kwargs=self.settings.connection_kwargs("handler"), name="portqueue:handler")
+        return self._sync_pool.connection()
+
+    def _async_connection(
+        self,
+    ) -> contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
+        return self._async_handler_connection()
+
+    @contextlib.asynccontextmanager
+    async def _async_handler_connection(self) -> Any:
+        if self._handler_pool is None:
+            self._handler_pool = AsyncConnectionPool(
+                self.settings.dsn, min_size=0, max_size=self.settings.pool_max_size,
+                open=False, kwargs=self.settings.connection_kwargs("handler"),
+                name="portqueue:handler")
+            await self._handler_pool.open()
+        async with self._handler_pool.connection() as conn:
+            yield conn
+
+    # --- completer ---
+
+    def _complete_query(self, completions: list[Completion]) -> Query:
+        return self.q("complete_jobs", jobs="[" + ",".join(c.as_json() for c in completions) + "]")
+
+    async def _complete_loop(self) -> None:
+        while True:
+            await self._outcome_ready.wait()
+            self._outcome_ready.clear()
+            await self._flush_outcomes()
+            if self._closing and not self._outcomes:
+                return
+
+    async def _flush_outcomes(self) -> None:
+        """Write every waiting outcome: at most two statements, one transaction.
+        Outcomes arriving during a write go in the next one, so batches grow
+        with load while an idle worker writes each outcome at once."""
+        failures = 0
+        while self._outcomes:
+            batch, self._outcomes = self._outcomes, []
+            try:
+                await self._write(batch)
+                failures = 0
+            except psycopg.Error as exc:
+                failures += 1
+                if self._closing and failures > 5:
+                    # Shutting down with no database: the leases will lapse
+                    # and the rescuer hands these jobs out again.
+                    log.error("worker %s: giving up on %d outcome(s): %s", self.id,
+                              len(batch), exc)
+                    return
+                self._outcomes = batch + self._outcomes
+                delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                log.warning("worker %s: writing %d outcome(s) failed (%s); retrying in %.1fs",
+                            self.id, len(batch), exc, delay)
+                await asyncio.sleep(delay)
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        completions = [o for o in batch if isinstance(o, Completion)]
+        failures = [o for o in batch if isinstance(o, Failure)]
+        queries = []
+        if completions:
+            queries.append(self._complete_query(completions))
+        if failures:
+            jobs = "[" + ",".join(f.as_json() for f in failures) + "]"
+            queries.append(self.q("fail_jobs", jobs=jobs))
+        results = await self._execute(*queries) if queries else []
+        written = {str(row["id"]) for rows in results for row in rows}
+        written.update(
+            o.running.claimed.id for o in batch if isinstance(o, Settled) and o.completed)
+        self._report(batch, written)
+
+    def _report(self, batch: list[Outcome], written: set[str]) -> None:
+        events: dict[str, list[str]] = {}
+        errors: dict[str, dict[str, Any]] = {}
+        for outcome in batch:
+            job_id = outcome.running.claimed.id
+            claimed = outcome.running.claimed
+            if job_id not in written:
+                log.warning("job %s on %r: lease lost; its outcome was refused", job_id,
+                            claimed.queue)
+                continue
+            if isinstance(outcome, Failure):
+                errors[job_id] = outcome.error
+                event = ("job_cancelled" if outcome.status == "cancelled"
+                         else "job_retrying" if outcome.retry else "job_failed")
+                level = logging.WARNING if outcome.retry else logging.ERROR
+                log.log(level, "job %s on %r failed (attempt %d/%d%s): %s: %s", job_id,
+                        claimed.queue, claimed.attempt, claimed.max_attempts,
+                        ", will retry" if outcome.retry else "", outcome.error["type"],
+                        outcome.error["message"])
+            elif isinstance(outcome, Completion) and outcome.status == "cancelled":
+                event = "job_cancelled"
+            else:
+                event = "job_completed"
+            events.setdefault(event, []).append(job_id)
+        for event, job_ids in events.items():
+            self._emit_later(event, job_ids, errors)
+
+    # --- events ---
+
+    def _emit_later(self, event: str, job_ids: list[str],
+                    errors: Mapping[str, dict[str, Any]] | None = None) -> None:
+        callbacks = self.registry.callbacks(event)
+        if callbacks:
+            task = asyncio.create_task(self._emit(event, callbacks, job_ids, errors or {}))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _emit(self, event: str, callbacks: list[Callable[..., Any]], job_ids: list[str],
+                    errors: Mapping[str, dict[str, Any]]) -> None:
+        async with self.pool.connection() as conn:
+            rows = await execute_async(conn, self.q("jobs_by_id", job_ids=job_ids))
+        for row in rows:
+            snapshot = operations.job_snapshot(row)
+            args: tuple[Any, ...] = (snapshot,)
+            if event in ("job_failed", "job_retrying"):
+                args = (snapshot, errors.get(snapshot.job_id))
+            for callback in callbacks:
+                try:
+                    result = callback(*args)
+                    if asyncio.iscoroutine(result):
+                        await result
+                except Exception:
+                    log.exception("%s callback %r raised", event, callback)
+
+    # --- heartbeat ---
+
+    async def _heartbeat_loop(self) -> None:
+        interval = max(self.lease_seconds_min / 3, 0.05)
+        if self.settings.poll_only:
+            # No cancel NOTIFY without LISTEN: the touch is how cancels arrive.
+            interval = min(interval, self.poll_interval)
+        conn: psycopg.AsyncConnection[Any] | None = None
+        failures = 0
+        while True:
+            try:
+                await asyncio.wait_for(self._touch_now.wait(), interval)
+                # Woken by progress or attrs: gather a burst into one write.
+                await asyncio.sleep(0.05)
+            except asyncio.TimeoutError:
+                pass
+            self._touch_now.clear()
+            try:
+                if conn is None or conn.closed:
+                    conn = await self._connect("heartbeat")
+                await self._touch(conn)
+                failures = 0
+            except psycopg.Error as exc:
+                failures += 1
+                log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+                if conn is not None:
+                    await conn.close()
+                conn = None
+                await asyncio.sleep(min(0.1 * 2 ** failures, interval))
+
+    async def _touch(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        touched = [r for r in self.running.values() if not r.settled]
+        reports = {r.claimed.id: r.report.take() for r in touched}
+        payload = [{
+            "id": r.claimed.id, "lease_token": r.claimed.lease_token,
+            "lease_seconds": r.spec.lease_seconds,
+            "progress": reports[r.claimed.id][0], "attrs": reports[r.claimed.id][1],
+        } for r in touched]
+        try:
+            rows = await execute_async(conn, self.q("touch_jobs", jobs=json.dumps(payload)))
+            await execute_async(conn, self.q("touch_worker", id=self.id))
+        except BaseException:
+            for running in touched:
+                running.report.put_back(*reports[running.claimed.id])
+            raise
+        alive = {str(row["id"]): row["cancel_requested"] for row in rows}
+        for running in touched:
+            job_id = running.claimed.id
+            if job_id not in alive:
+                if not running.settled:
+                    # Fenced out: another worker may own this job now.
+                    running.settled = True
+                    running.state.set("lease_lost")
+                    log.warning("job %s on %r: lease lost", job_id, running.claimed.queue)
+            elif alive[job_id]:
+                running.state.set("cancelled")
+        progressed = [job_id for job_id, (progress, attrs) in reports.items()
+                      if job_id in alive and (progress is not None or attrs)]
+        if progressed:
+            self._emit_later("job_progress", progressed)
+
+    # --- listener ---
+
+    async def _listen_loop(self) -> None:
+        failures = 0
+        while True:
+            try:
+                conn = await self._connect("listener")
+            except psycopg.Error as exc:
+                failures += 1
+                delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                log.warning("worker %s: LISTEN connection failed (%s); retrying in %.1fs",
+                            self.id, exc, delay)
+                await asyncio.sleep(delay)
+                continue
+            try:
+                await self._listen(conn)
+                failures = 0
+            except (psycopg.Error, asyncio.TimeoutError, OSError) as exc:
+                failures += 1
+                log.warning("worker %s: LISTEN connection lost (%s); reconnecting", self.id, exc)
+                await asyncio.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
+            finally:
+                await conn.close()
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        for channel in (self.q.job_channel, self.q.cancel_channel):
+            await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+        # Jobs added while no connection listened: look now.
+        self._wake.set()
+        while True:
+            async for notify in conn.notifies(timeout=LISTEN_HEALTH_SECONDS):
+                if notify.channel == self.q.job_channel:
+                    if notify.payload in self.queues:
+                        self._wake.set()
+                elif notify.channel == self.q.cancel_channel:
+                    running = self.running.get(notify.payload)
+                    if running is not None:
+                        running.state.set("cancelled")
+            # Quiet for a while: prove the connection still answers, so a
+            # silently dropped one is replaced instead of waited on forever.
+            await asyncio.wait_for(conn.execute("SELECT 1"), LISTEN_HEALTH_SECONDS / 3)

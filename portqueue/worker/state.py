@@ -1,0 +1,64 @@
+"""A claimed job and the worker's bookkeeping for it while it runs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from portqueue.types import Backoff, BackoffStrategy, RetryPolicy
+from portqueue.worker.job import AsyncJob, Job, JobReport
+from portqueue.worker.registry import QueueSpec
+from portqueue.worker.signal import SignalState
+
+
+@dataclass(frozen=True)
+class Claimed:
+    id: str
+    queue: str
+    data_json: str
+    attempt: int
+    max_attempts: int
+    group_id: str | None
+    lease_token: int
+    timeout_seconds: int | None
+    retry: RetryPolicy
+    cancel_requested: bool
+    waited_seconds: float
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Claimed:
+        return cls(
+            id=str(row["id"]),
+            queue=row["queue"],
+            data_json=row["data"],
+            attempt=row["attempt"],
+            max_attempts=row["max_attempts"],
+            group_id=row["group_id"],
+            lease_token=row["lease_token"],
+            timeout_seconds=row["timeout_seconds"],
+            retry=RetryPolicy(
+                max_attempts=row["max_attempts"],
+                delay_seconds=row["retry_delay_seconds"],
+                backoff=Backoff(
+                    strategy=BackoffStrategy(row["backoff_strategy"]),
+                    factor=row["backoff_factor"],
+                    max_delay_seconds=row["backoff_max_delay_seconds"],
+                    jitter=row["backoff_jitter"],
+                ),
+            ),
+            cancel_requested=row["cancel_requested"],
+            waited_seconds=row["waited_seconds"],
+        )
+
+
+@dataclass(eq=False)
+class Running:
+    claimed: Claimed
+    spec: QueueSpec
+    state: SignalState
+    report: JobReport
+    job: Job | AsyncJob | None = None
+    # Set once an outcome for this attempt is decided (written, timed out,
+    # released, lease lost): any later outcome of the handler is dropped.
+    settled: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,200 @@
+-- Consuming: registration, claims, fenced completions and failures, the
+-- touch that carries heartbeats, progress and attrs, and release on abort.
+-- Every write for an attempt matches (id, lease_token, status = 'active'):
+-- zero rows means the lease was lost and the write is refused.
+
+-- name: upsert_queue
+-- A worker writes the defaults it declares for its queues when it starts,
+-- so producers elsewhere and maintenance see them. An option it does not
+-- declare (NULL) keeps the stored value.
+INSERT INTO {schema}.queue AS q (
+    name, concurrency, max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
+    backoff_max_delay_seconds, backoff_jitter, expire_in_seconds, retention_ttl_seconds,
+    retention_keep_completed, retention_keep_failed, timeout_seconds, lease_seconds,
+    dead_letter_queue)
+VALUES (
+    %(queue)s, %(concurrency)s, %(max_attempts)s, %(retry_delay_seconds)s,
+    %(backoff_strategy)s, %(backoff_factor)s, %(backoff_max_delay_seconds)s,
+    %(backoff_jitter)s, %(expire_in_seconds)s, %(retention_ttl_seconds)s,
+    %(retention_keep_completed)s, %(retention_keep_failed)s, %(timeout_seconds)s,
+    %(lease_seconds)s, %(dead_letter_queue)s)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = coalesce(excluded.concurrency, q.concurrency),
+    max_attempts = coalesce(excluded.max_attempts, q.max_attempts),
+    retry_delay_seconds = coalesce(excluded.retry_delay_seconds, q.retry_delay_seconds),
+    backoff_strategy = coalesce(excluded.backoff_strategy, q.backoff_strategy),
+    backoff_factor = coalesce(excluded.backoff_factor, q.backoff_factor),
+    backoff_max_delay_seconds =
+        coalesce(excluded.backoff_max_delay_seconds, q.backoff_max_delay_seconds),
+    backoff_jitter = coalesce(excluded.backoff_jitter, q.backoff_jitter),
+    expire_in_seconds = coalesce(excluded.expire_in_seconds, q.expire_in_seconds),
+    retention_ttl_seconds = coalesce(excluded.retention_ttl_seconds, q.retention_ttl_seconds),
+    retention_keep_completed =
+        coalesce(excluded.retention_keep_completed, q.retention_keep_completed),
+    retention_keep_failed = coalesce(excluded.retention_keep_failed, q.retention_keep_failed),
+    timeout_seconds = coalesce(excluded.timeout_seconds, q.timeout_seconds),
+    lease_seconds = coalesce(excluded.lease_seconds, q.lease_seconds),
+    dead_letter_queue = coalesce(excluded.dead_letter_queue, q.dead_letter_queue),
+    updated_at = now();
+
+-- name: register_worker
+INSERT INTO {schema}.worker (id, instance_key, hostname, pid, queues, concurrency)
+VALUES (%(id)s, %(instance_key)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s);
+
+-- name: unregister_worker
+DELETE FROM {schema}.worker WHERE id = %(id)s;
+
+-- name: claim
+-- One statement claims up to each queue's free slots: ready jobs in priority,
+-- start_after, insertion order, skipping rows other claimers hold (SKIP LOCKED)
+-- and queues paused in any mode. The LATERAL keeps one index scan per queue
+-- on job_claim_idx, so the cost follows the number claimed, not the backlog.
+-- The attempt is counted here, so a job that kills its worker every time
+-- still runs out of attempts. A job found past its expire_at is never started:
+-- the same statement marks it expired. lease_token only grows: it is the
+-- fencing token every later write for this attempt must match.
+WITH wanted AS (
+    SELECT w.queue, w.slots, w.lease_seconds
+    FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
+         AS w (queue, slots, lease_seconds)
+    WHERE w.slots > 0
+      AND NOT EXISTS (
+          SELECT FROM {schema}.queue AS q WHERE q.name = w.queue AND q.paused IS NOT NULL)
+),
+candidates AS (
+    SELECT c.id, c.expired, wanted.lease_seconds
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired
+        FROM {schema}.job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.start_after <= now()
+          AND (j.preferred_instance_key_pattern IS NULL
+               OR %(instance_key)s::text ~ j.preferred_instance_key_pattern)
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+)
+UPDATE {schema}.job AS j
+SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
+    attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
+    started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
+    finished_at = CASE WHEN c.expired THEN now() END,
+    lease_token = coalesce(j.lease_token, 0) + 1,
+    lease_expires_at = CASE WHEN c.expired THEN NULL
+                            ELSE now() + make_interval(secs => c.lease_seconds) END,
+    worker_id = %(worker_id)s
+FROM candidates AS c
+WHERE j.id = c.id
+RETURNING j.id, j.queue, j.status::text AS status, j.data::text AS data, j.attempt,
+          j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
+          j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+          j.backoff_max_delay_seconds, j.backoff_jitter, j.start_after,
+          j.cancel_requested_at IS NOT NULL AS cancel_requested,
+          extract(epoch FROM now() - j.start_after)::double precision AS waited_seconds;
+
+-- name: complete_jobs
+-- Fenced, batched completions. status is 'completed', or 'cancelled' for a
+-- handler that returned after its cancel signal.
+UPDATE {schema}.job AS j
+SET status = d.status::{schema}.job_status,
+    output = d.output,
+    finished_at = now(),
+    lease_expires_at = NULL,
+    progress = coalesce(d.progress, j.progress),
+    attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END
+FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
+                                                output jsonb, progress double precision,
+                                                attrs jsonb)
+WHERE j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'active'
+RETURNING j.id;
+
+-- name: fail_jobs
+-- Fenced, batched failures. The worker decides retry and delay (the job's
+-- policy, dont_autoretry_for); the error joins the row's history. A job that
+-- ends failed is copied to its queue's dead-letter queue, if one is set,
+-- with source_job_id naming it, so it can be redriven.
+WITH failure AS (
+    SELECT *
+    FROM jsonb_to_recordset(%(jobs)s::jsonb) AS f (id uuid, lease_token bigint, retry boolean,
+                                                   delay_seconds double precision, error jsonb,
+                                                   status text, progress double precision,
+                                                   attrs jsonb)
+),
+updated AS (
+    UPDATE {schema}.job AS j
+    SET status = (CASE WHEN f.retry THEN 'pending' ELSE f.status END)::{schema}.job_status,
+        start_after = CASE WHEN f.retry THEN now() + make_interval(secs => f.delay_seconds)
+                           ELSE j.start_after END,
+        finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
+        errors = j.errors || jsonb_build_array(f.error || jsonb_build_object('at', now())),
+        lease_expires_at = NULL,
+        progress = coalesce(f.progress, j.progress),
+        attrs = CASE WHEN f.attrs IS NULL THEN j.attrs ELSE j.attrs || f.attrs END
+    FROM failure AS f
+    WHERE j.id = f.id AND j.lease_token = f.lease_token AND j.status = 'active'
+    RETURNING j.id, j.queue, j.status, j.data, j.priority, j.group_id
+),
+dead_letter AS (
+    SELECT u.*, q.dead_letter_queue
+    FROM updated AS u
+    JOIN {schema}.queue AS q ON q.name = u.queue
+    WHERE u.status = 'failed' AND q.dead_letter_queue IS NOT NULL
+),
+dead_letter_queue AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT DISTINCT dead_letter_queue FROM dead_letter
+    ON CONFLICT DO NOTHING
+),
+copied AS (
+    INSERT INTO {schema}.job (id, queue, data, priority, group_id, source_job_id)
+    SELECT gen_random_uuid(), dead_letter_queue, data, priority, group_id, id
+    FROM dead_letter
+    RETURNING source_job_id
+)
+SELECT u.id, u.status::text AS status, (SELECT count(*) FROM copied) AS dead_lettered
+FROM updated AS u;
+
+-- name: touch_jobs
+-- The heartbeat: extends the leases of running jobs, writes their latest
+-- progress and merges their attrs, all fenced. Jobs missing from the result
+-- lost their lease; cancel_requested carries cancel requests to the worker
+-- even when their NOTIFY was missed.
+UPDATE {schema}.job AS j
+SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
+    progress = coalesce(h.progress, j.progress),
+    attrs = CASE WHEN h.attrs IS NULL THEN j.attrs ELSE j.attrs || h.attrs END
+FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
+                                               lease_seconds integer,
+                                               progress double precision, attrs jsonb)
+WHERE j.id = h.id AND j.lease_token = h.lease_token AND j.status = 'active'
+RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
+
+-- name: touch_worker
+UPDATE {schema}.worker SET last_seen_at = now() WHERE id = %(id)s;
+
+-- name: release_jobs
+-- Abort: jobs still running go back to pending at once, without spending the
+-- attempt, so nothing waits for a lease to lapse after a deploy. Fenced, so
+-- the handlers' late results are refused.
+UPDATE {schema}.job AS j
+SET status = 'pending',
+    attempt = greatest(j.attempt - 1, 0),
+    started_at = NULL,
+    lease_expires_at = NULL,
+    worker_id = NULL
+FROM jsonb_to_recordset(%(jobs)s::jsonb) AS r (id uuid, lease_token bigint)
+WHERE j.id = r.id AND j.lease_token = r.lease_token AND j.status = 'active'
+RETURNING j.id;
+
+-- name: watch_job
+-- wait_for_job: ask for a finish notification, and read the status in the
+-- same statement. Either the job finishes after this commits (and its
+-- finishing UPDATE, re-reading the row, sees the flag and notifies), or it
+-- had finished before (and this returns its finished_at).
+UPDATE {schema}.job
+SET notify_finished = true
+WHERE id = %(job_id)s
+RETURNING id, finished_at IS NOT NULL AS finished;
