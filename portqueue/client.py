@@ -380,7 +380,7 @@ class PortQueue:
 
     def _worker(
         self, queues: Sequence[str] | None, concurrency: int | None, maintenance: bool,
-        poll_interval: float, grace_seconds: float,
+        scheduler: bool, poll_interval: float, grace_seconds: float,
     ) -> Worker:
         if self._host is not None:
             raise InvalidArgument("start", "this client's worker is already running")
@@ -397,6 +397,7 @@ class PortQueue:
             poll_interval=validation.positive_seconds("poll_interval", poll_interval),
             grace_seconds=validation.positive_seconds("grace_seconds", grace_seconds),
             maintenance=maintenance,
+            scheduler=scheduler,
         )
 
     def start(
@@ -414,9 +415,10 @@ class PortQueue:
         ``concurrency`` overrides every queue's. ``poll_interval`` (default 1 s) is
         the fallback when no NOTIFY arrives; ``grace_seconds`` (default 30) bounds
         how long ``stop()`` waits for running handlers. ``maintenance`` runs the
-        lease rescuer in this process; ``scheduler`` is reserved for the scheduler.
+        maintenance services in this process; ``scheduler`` spawns jobs from schedules.
         """
-        worker = self._worker(queues, concurrency, maintenance, poll_interval, grace_seconds)
+        worker = self._worker(
+            queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds)
         host = ThreadWorkerHost(worker)
         host.start()
         self._host = host
@@ -441,7 +443,8 @@ class PortQueue:
     ) -> None:
         """Run workers until SIGTERM (drain, then return) or SIGINT / a second signal
         (abort). Raises ``PortQueueError`` if the worker dies of a fatal error."""
-        worker = self._worker(queues, concurrency, maintenance, poll_interval, grace_seconds)
+        worker = self._worker(
+            queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds)
         host = ThreadWorkerHost(worker)
         self._host = host
         try:

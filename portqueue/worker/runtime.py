@@ -32,7 +32,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from portqueue import operations
 from portqueue.driver import execute_async, execute_sync
-from portqueue.maintenance.rescuer import Rescuer
+from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.job import AsyncJob, Job, JobReport
@@ -57,6 +57,7 @@ class Worker:
         poll_interval: float,
         grace_seconds: float,
         maintenance: bool,
+        scheduler: bool = True,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -64,6 +65,7 @@ class Worker:
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
         self.maintenance_enabled = maintenance
+        self.scheduler_enabled = scheduler
         self.id = str(uuid.uuid4())
         self.q = settings.queries
         self.running: dict[str, Running] = {}
@@ -108,9 +110,13 @@ class Worker:
         self._spawn(self._heartbeat_loop(), "heartbeat")
         if not self.settings.poll_only:
             self._spawn(self._listen_loop(), "listener")
+        services = []
         if self.maintenance_enabled:
-            rescuer = Rescuer(self.settings, self.pool)
-            self._spawn(rescuer.run(lambda: self._stopping), "rescuer")
+            services += maintenance_services(self.settings, self.pool)
+        if self.scheduler_enabled:
+            services += scheduler_services(self.settings, self.pool)
+        for service in services:
+            self._spawn(service.run(lambda: self._stopping), service.name)
         log.info("worker %s started: queues=%s instance_key=%s", self.id,
                  {name: spec.concurrency for name, spec in self.queues.items()},
                  self.settings.instance_key)
