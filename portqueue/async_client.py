@@ -44,6 +44,9 @@ from portqueue.worker.host import AsyncWorkerHost
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, Registry, queue_spec
 from portqueue.worker.runtime import Worker
 
+# How often a poll_only client re-reads a waited-for job.
+POLL_ONLY_WAIT_SECONDS = 0.1
+
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
 
@@ -492,9 +495,24 @@ class AsyncPortQueue:
     async def _waiter_connection(self) -> psycopg.AsyncConnection[Any]:
         conn = await psycopg.AsyncConnection.connect(
             self._settings.dsn, autocommit=True, **self._settings.connection_kwargs("waiter"))
-        channel = psycopg.sql.Identifier(self._settings.queries.finished_channel)
-        await conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
+        if not self._settings.poll_only:
+            channel = psycopg.sql.Identifier(self._settings.queries.finished_channel)
+            await conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
         return conn
+
+    async def _poll_finished(
+        self, conn: psycopg.AsyncConnection[Any], job_id: str, deadline: float
+    ) -> None:
+        # poll_only (PgBouncer in transaction mode) has no LISTEN: read the row.
+        q = self._settings.queries
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"job {job_id} did not finish in time")
+            await asyncio.sleep(min(POLL_ONLY_WAIT_SECONDS, remaining))
+            rows = await execute_async(conn, q("jobs_by_id", job_ids=[job_id]))
+            if rows and rows[0]["finished_at"] is not None:
+                return
 
     async def _wait_finished(
         self, conn: psycopg.AsyncConnection[Any], job_id: str, deadline: float
@@ -504,11 +522,14 @@ class AsyncPortQueue:
         if not watched:
             raise InvalidArgument("job_id", f"no job {job_id}")
         if not watched[0]["finished"]:
-            async for notify in conn.notifies(timeout=max(deadline - time.monotonic(), 0)):
-                if notify.payload == job_id:
-                    break
+            if self._settings.poll_only:
+                await self._poll_finished(conn, job_id, deadline)
             else:
-                raise TimeoutError(f"job {job_id} did not finish in time")
+                async for notify in conn.notifies(timeout=max(deadline - time.monotonic(), 0)):
+                    if notify.payload == job_id:
+                        break
+                else:
+                    raise TimeoutError(f"job {job_id} did not finish in time")
         snapshot = await self.get_job(job_id=job_id)
         assert snapshot is not None and snapshot.status in FINISHED_STATUSES
         return snapshot

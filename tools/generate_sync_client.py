@@ -29,6 +29,7 @@ REPLACEMENTS = [
     (r"\bexecute_async\b", "execute_sync"),
     (r"\bcall_blocking_async\b", "call_blocking_sync"),
     (r"\basyncio\.Lock\b", "threading.Lock"),
+    (r"\basyncio\.sleep\b", "time.sleep"),
     (r"^import asyncio$", "import threading"),
     (r"\basync def\b", "def"),
     (r"\basync with\b", "with"),

@@ -407,9 +407,9 @@ class Worker:
         while self._outcomes:
             batch, self._outcomes = self._outcomes, []
             try:
-                await self._write(batch)
+                await self._write_isolating(batch)
                 failures = 0
-            except psycopg.Error as exc:
+            except psycopg.OperationalError as exc:
                 failures += 1
                 if self._closing and failures > 5:
                     # Shutting down with no database: the leases will lapse
@@ -422,6 +422,25 @@ class Worker:
                 log.warning("worker %s: writing %d outcome(s) failed (%s); retrying in %.1fs",
                             self.id, len(batch), exc, delay)
                 await asyncio.sleep(delay)
+
+    async def _write_isolating(self, batch: list[Outcome]) -> None:
+        """Write a batch; if the database refuses it (not the connection: that is
+        retried by the caller), split it so one bad outcome cannot hold back the
+        rest. A single refused outcome is dropped: its lease lapses and the
+        rescuer hands the job out again."""
+        try:
+            await self._write(batch)
+        except psycopg.OperationalError:
+            raise
+        except psycopg.Error as exc:
+            if len(batch) == 1:
+                claimed = batch[0].running.claimed
+                log.error("job %s on %r: the database refused its outcome (%s); it will be "
+                          "rescued when its lease lapses", claimed.id, claimed.queue, exc)
+                return
+            middle = len(batch) // 2
+            await self._write_isolating(batch[:middle])
+            await self._write_isolating(batch[middle:])
 
     async def _write(self, batch: list[Outcome]) -> None:
         completions = [o for o in batch if isinstance(o, Completion)]
