@@ -479,6 +479,10 @@ class PortQueue:
             "timeout_seconds", timeout_seconds)
         if validation.is_recurring(options.get("schedule")):
             raise InvalidArgument("schedule", "add_job_and_wait takes one-off jobs only")
+        if options.get("tx") is not None:
+            # No worker can run a job before its transaction commits: the
+            # wait would always time out.
+            raise InvalidArgument("tx", "add_job_and_wait cannot join a caller's transaction")
         with self._waiter_connection() as conn:
             # Subscribed before the insert: the finish cannot slip past us.
             added = self.add_job(queue=queue, data=data, **options)

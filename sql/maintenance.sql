@@ -11,6 +11,9 @@ SELECT pg_try_advisory_xact_lock(%(key)s) AS acquired;
 -- row being completed right now) and the WHERE re-checks status and lease
 -- on the locked row, so a job completed or heartbeated meanwhile is left
 -- untouched and each lapsed attempt is rescued exactly once.
+-- A job failed here is copied to its queue's dead-letter queue, as in
+-- fail_jobs: a job that kills its worker on every attempt ends here, and it
+-- is the very job a dead-letter queue exists for.
 WITH lapsed AS (
     SELECT id
     FROM {schema}.job
@@ -18,23 +21,288 @@ WITH lapsed AS (
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+),
+rescued AS (
+    UPDATE {schema}.job AS j
+    SET status = (CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'pending' END)
+                     ::{schema}.job_status,
+        finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempt,
+            'type', 'LeaseExpired',
+            'message', 'the worker running this attempt stopped renewing its lease',
+            'traceback', NULL,
+            'at', now())),
+        lease_expires_at = NULL,
+        worker_id = NULL
+    FROM lapsed
+    WHERE j.id = lapsed.id AND j.status = 'active' AND j.lease_expires_at < now()
+    RETURNING j.id, j.queue, j.status, j.data, j.priority, j.group_id
+),
+dead_letter AS (
+    SELECT r.*, q.dead_letter_queue
+    FROM rescued AS r
+    JOIN {schema}.queue AS q ON q.name = r.queue
+    WHERE r.status = 'failed' AND q.dead_letter_queue IS NOT NULL
+),
+dead_letter_queue AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT DISTINCT dead_letter_queue FROM dead_letter
+    ON CONFLICT DO NOTHING
+),
+copied AS (
+    INSERT INTO {schema}.job (id, queue, data, priority, group_id, source_job_id)
+    SELECT gen_random_uuid(), dead_letter_queue, data, priority, group_id, id
+    FROM dead_letter
 )
-UPDATE {schema}.job AS j
-SET status = (CASE WHEN j.attempt >= j.max_attempts THEN 'failed' ELSE 'pending' END)
-                 ::{schema}.job_status,
-    finished_at = CASE WHEN j.attempt >= j.max_attempts THEN now() END,
-    errors = j.errors || jsonb_build_array(jsonb_build_object(
-        'attempt', j.attempt,
-        'type', 'LeaseExpired',
-        'message', 'the worker running this attempt stopped renewing its lease',
-        'traceback', NULL,
-        'at', now())),
-    lease_expires_at = NULL,
-    worker_id = NULL
-FROM lapsed
-WHERE j.id = lapsed.id AND j.status = 'active' AND j.lease_expires_at < now()
-RETURNING j.id, j.status::text AS status;
+SELECT r.id, r.status::text AS status
+FROM rescued AS r;
+
+-- name: disable_jit
+-- For this transaction only: the pruner's statements look expensive to the
+-- planner (per-queue and per-ttl look-ups whose LIMITs it cannot see
+-- through), and JIT compiling them costs far more than running them.
+SELECT set_config('jit', 'off', true);
 
 -- name: set_statement_timeout
 -- For this transaction only: a maintenance batch never holds locks for long.
 SELECT set_config('statement_timeout', %(milliseconds)s, true);
+
+-- name: expire_pending
+-- Pending jobs past their expire_at were not started in time: they end
+-- 'expired' (the claim does the same to one it meets first). Locked in id
+-- order, SKIP LOCKED passes over a row a claimer holds right now, and the
+-- WHERE re-checks the locked row, so a job claimed meanwhile is left alone.
+-- Candidates come from job_expire_idx (pending jobs that can expire).
+WITH due AS (
+    SELECT id
+    FROM {schema}.job
+    WHERE status = 'pending' AND expire_at IS NOT NULL AND expire_at <= now()
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.job AS j
+SET status = 'expired',
+    finished_at = now()
+FROM due
+WHERE j.id = due.id AND j.status = 'pending' AND j.expire_at <= now()
+RETURNING j.id;
+
+-- name: prune_work
+-- The pruner's work list: each retention rule and range that has at least
+-- one job to delete now. Finished jobs (completed, failed, cancelled,
+-- expired) go when either rule says so:
+--   * by age ('queue_ttl', 'own_ttl'): finished longer ago than the job's
+--     retention_ttl_seconds, else its queue's, else the client default
+--     (%(default_ttl_seconds)s); ttl 0 means "as soon as it finished";
+--   * by count ('count'): beyond the newest retention_keep_completed
+--     completed, or retention_keep_failed failed, jobs of a queue.
+-- Each item is then pruned in batches by its own statement below, each batch
+-- starting where the last one ended, so a pass reads every index range once
+-- rather than once per batch (rows deleted by earlier batches stay in the
+-- index until vacuum, and rescanning them made a long prune quadratic).
+-- The distinct job-level ttls are found by a loose index scan on
+-- job_retention_ttl_idx (the recursive CTE), not by reading every row.
+WITH RECURSIVE own_ttls AS (
+    (SELECT j.retention_ttl_seconds AS ttl
+     FROM {schema}.job AS j
+     WHERE j.retention_ttl_seconds IS NOT NULL AND j.finished_at IS NOT NULL
+     ORDER BY j.retention_ttl_seconds
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.retention_ttl_seconds
+            FROM {schema}.job AS j
+            WHERE j.retention_ttl_seconds > t.ttl AND j.finished_at IS NOT NULL
+            ORDER BY j.retention_ttl_seconds
+            LIMIT 1)
+    FROM own_ttls AS t
+    WHERE t.ttl IS NOT NULL
+),
+queue_ttls AS (
+    SELECT q.name, f.status, coalesce(q.retention_ttl_seconds, %(default_ttl_seconds)s) AS ttl
+    FROM {schema}.queue AS q
+    CROSS JOIN unnest('{{completed,failed,cancelled,expired}}'::{schema}.job_status[]) AS f (status)
+),
+count_caps AS (
+    SELECT q.name, 'completed'::{schema}.job_status AS status, q.retention_keep_completed AS keep
+    FROM {schema}.queue AS q
+    WHERE q.retention_keep_completed IS NOT NULL
+    UNION ALL
+    SELECT q.name, 'failed'::{schema}.job_status, q.retention_keep_failed
+    FROM {schema}.queue AS q
+    WHERE q.retention_keep_failed IS NOT NULL
+)
+SELECT 'own_ttl' AS rule, NULL::text AS queue, NULL::text AS status, t.ttl, NULL::integer AS keep
+FROM own_ttls AS t
+WHERE t.ttl IS NOT NULL
+  AND EXISTS (SELECT FROM {schema}.job AS j
+              WHERE j.retention_ttl_seconds = t.ttl AND j.finished_at IS NOT NULL
+                AND j.finished_at <= now() - make_interval(secs => t.ttl))
+UNION ALL
+SELECT 'queue_ttl', p.name, p.status::text, p.ttl, NULL
+FROM queue_ttls AS p
+WHERE EXISTS (SELECT FROM {schema}.job AS j
+              WHERE j.queue = p.name AND j.status = p.status AND j.finished_at IS NOT NULL
+                AND j.finished_at <= now() - make_interval(secs => p.ttl)
+                AND j.retention_ttl_seconds IS NULL)
+UNION ALL
+SELECT 'count', k.name, k.status::text, NULL, k.keep
+FROM count_caps AS k
+WHERE EXISTS (SELECT FROM {schema}.job AS j
+              WHERE j.queue = k.name AND j.status = k.status AND j.finished_at IS NOT NULL
+              ORDER BY j.finished_at DESC
+              OFFSET k.keep
+              LIMIT 1);
+
+-- The three prune_by_* statements delete one batch of one work item. They
+-- share a shape:
+--   * candidates: the next %(limit)s rows of the item's index range, in
+--     (finished_at, id) order, after the previous batch's last row
+--     (%(after_finished_at)s, %(after_id)s; NULL for the first batch); the
+--     plain finished_at >= bound is what lets the index scan start there;
+--   * doomed: the candidates locked in id order (a fixed order, so two
+--     deleters can never deadlock), passing over rows someone holds, and only
+--     if finished_at is still the value they were chosen by: the lock
+--     re-checks that on the current row, so a job retried (finished_at NULL)
+--     or retried and finished again since is not deleted;
+--   * the result: how many were deleted, how many candidates there were (a
+--     short batch ends the item) and the last candidate, where the next
+--     batch starts.
+
+-- name: prune_by_queue_ttl
+-- Jobs without a ttl of their own, past their queue's (or the default) ttl:
+-- a range of job_finished_idx (queue, status, finished_at).
+WITH candidates AS (
+    SELECT j.id, j.finished_at
+    FROM {schema}.job AS j
+    WHERE j.queue = %(queue)s AND j.status = %(status)s::{schema}.job_status
+      AND j.finished_at IS NOT NULL
+      AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
+      AND j.retention_ttl_seconds IS NULL
+      AND j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
+      AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
+                                   coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+    ORDER BY j.finished_at, j.id
+    LIMIT %(limit)s
+),
+doomed AS (
+    SELECT j.id
+    FROM candidates AS c
+    JOIN {schema}.job AS j ON j.id = c.id
+    WHERE j.finished_at = c.finished_at
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
+)
+SELECT (SELECT count(*) FROM deleted) AS deleted,
+       (SELECT count(*) FROM candidates) AS candidates,
+       last.finished_at AS last_finished_at, last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
+                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true;
+
+-- name: prune_by_own_ttl
+-- Jobs with retention_ttl_seconds = %(ttl)s, past it: a range of
+-- job_retention_ttl_idx (retention_ttl_seconds, finished_at).
+WITH candidates AS (
+    SELECT j.id, j.finished_at
+    FROM {schema}.job AS j
+    WHERE j.retention_ttl_seconds = %(ttl)s
+      AND j.finished_at IS NOT NULL
+      AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
+      AND j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
+      AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
+                                   coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+    ORDER BY j.finished_at, j.id
+    LIMIT %(limit)s
+),
+doomed AS (
+    SELECT j.id
+    FROM candidates AS c
+    JOIN {schema}.job AS j ON j.id = c.id
+    WHERE j.finished_at = c.finished_at
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
+)
+SELECT (SELECT count(*) FROM deleted) AS deleted,
+       (SELECT count(*) FROM candidates) AS candidates,
+       last.finished_at AS last_finished_at, last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
+                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true;
+
+-- name: prune_by_count
+-- Jobs of one queue and status older than its newest %(keep)s: the first
+-- row not kept is found by reading job_finished_idx newest first past the
+-- kept ones (so a cap costs about that many index entries per batch), and
+-- it and everything older goes, oldest first. Newest means latest
+-- finished_at, then highest id.
+WITH boundary AS (
+    SELECT j.finished_at, j.id
+    FROM {schema}.job AS j
+    WHERE j.queue = %(queue)s AND j.status = %(status)s::{schema}.job_status
+      AND j.finished_at IS NOT NULL
+    ORDER BY j.finished_at DESC, j.id DESC
+    OFFSET %(keep)s
+    LIMIT 1
+),
+candidates AS (
+    SELECT j.id, j.finished_at
+    FROM boundary AS b
+    JOIN {schema}.job AS j
+      ON j.queue = %(queue)s AND j.status = %(status)s::{schema}.job_status
+     AND j.finished_at IS NOT NULL
+     AND j.finished_at <= b.finished_at
+     AND (j.finished_at, j.id) <= (b.finished_at, b.id)
+     AND j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
+     AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
+                                  coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+    ORDER BY j.finished_at, j.id
+    LIMIT %(limit)s
+),
+doomed AS (
+    SELECT j.id
+    FROM candidates AS c
+    JOIN {schema}.job AS j ON j.id = c.id
+    WHERE j.finished_at = c.finished_at
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
+)
+SELECT (SELECT count(*) FROM deleted) AS deleted,
+       (SELECT count(*) FROM candidates) AS candidates,
+       last.finished_at AS last_finished_at, last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
+                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true;
+
+-- name: reap_workers
+-- Forgets worker instances not seen for ten heartbeats, and never sooner
+-- than %(min_seconds)s. A worker heartbeats every lease_seconds / 3 of its
+-- shortest-leased queue (queue.lease_seconds, written when it starts), so a
+-- worker with hour-long leases is not mistaken for a dead one. Only the
+-- worker table is touched: a dead worker's jobs are the rescuer's, by lease.
+WITH dead AS (
+    SELECT w.id
+    FROM {schema}.worker AS w
+    WHERE w.last_seen_at < now() - make_interval(secs => greatest(
+        %(min_seconds)s::double precision,
+        10 * coalesce((SELECT min(q.lease_seconds) FROM {schema}.queue AS q
+                       WHERE q.name = ANY (w.queues)),
+                      %(default_lease_seconds)s) / 3.0))
+    ORDER BY w.id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.worker AS w
+USING dead
+WHERE w.id = dead.id
+RETURNING w.id;

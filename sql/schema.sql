@@ -198,5 +198,16 @@ CREATE TRIGGER job_finished_notify AFTER UPDATE OF status ON "portqueue".job
 
 UPDATE portqueue.alembic_version SET version_num='0002' WHERE portqueue.alembic_version.version_num = '0001';
 
+-- Running upgrade 0002 -> 0003
+
+-- The pruner's per-job retention: finished jobs with their own ttl, by ttl
+-- then age. It finds the distinct ttls by a loose index scan and, for each,
+-- reads only the range already past it, so a pass does not read every
+-- retained row (job_finished_idx serves jobs that use their queue's ttl).
+CREATE INDEX job_retention_ttl_idx ON "portqueue".job (retention_ttl_seconds, finished_at)
+    WHERE retention_ttl_seconds IS NOT NULL AND finished_at IS NOT NULL;
+
+UPDATE portqueue.alembic_version SET version_num='0003' WHERE portqueue.alembic_version.version_num = '0002';
+
 COMMIT;
 

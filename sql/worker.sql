@@ -38,8 +38,11 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = now();
 
 -- name: register_worker
-INSERT INTO {schema}.worker (id, instance_key, hostname, pid, queues, concurrency)
-VALUES (%(id)s, %(instance_key)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s);
+-- At start, and on every heartbeat: a worker the reaper forgot while it was
+-- merely slow (a long GC pause, a stalled host) comes back on its next beat.
+INSERT INTO {schema}.worker AS w (id, instance_key, hostname, pid, queues, concurrency)
+VALUES (%(id)s, %(instance_key)s, %(hostname)s, %(pid)s, %(queues)s, %(concurrency)s)
+ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 
 -- name: unregister_worker
 DELETE FROM {schema}.worker WHERE id = %(id)s;
@@ -87,7 +90,11 @@ SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_
                             ELSE now() + make_interval(secs => c.lease_seconds) END,
     worker_id = %(worker_id)s
 FROM candidates AS c
-WHERE j.id = c.id
+-- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
+-- guesses a tenth of the backlog, then joins back to job with a hash or
+-- merge join over the whole table. Naming the claimed ids as an array pins
+-- the join to primary-key lookups: the claim costs what it claims.
+WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM candidates))
 RETURNING j.id, j.queue, j.status::text AS status, j.data::text AS data, j.attempt,
           j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
           j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
@@ -149,9 +156,21 @@ dead_letter_queue AS (
     ON CONFLICT DO NOTHING
 ),
 copied AS (
-    INSERT INTO {schema}.job (id, queue, data, priority, group_id, source_job_id)
-    SELECT gen_random_uuid(), dead_letter_queue, data, priority, group_id, id
-    FROM dead_letter
+    -- The copy is a job added to the dead-letter queue: it takes that queue's
+    -- declared retry, expiry and timeout, resolved as add_jobs resolves them.
+    INSERT INTO {schema}.job (
+        id, queue, data, priority, group_id, source_job_id,
+        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
+        backoff_max_delay_seconds, backoff_jitter, expire_in_seconds, expire_at,
+        timeout_seconds)
+    SELECT gen_random_uuid(), d.dead_letter_queue, d.data, d.priority, d.group_id, d.id,
+           coalesce(dq.max_attempts, 1), coalesce(dq.retry_delay_seconds, 0),
+           coalesce(dq.backoff_strategy, 'fixed'), coalesce(dq.backoff_factor, 2),
+           dq.backoff_max_delay_seconds, coalesce(dq.backoff_jitter, false),
+           dq.expire_in_seconds, now() + make_interval(secs => dq.expire_in_seconds),
+           dq.timeout_seconds
+    FROM dead_letter AS d
+    LEFT JOIN {schema}.queue AS dq ON dq.name = d.dead_letter_queue
     RETURNING source_job_id
 )
 SELECT u.id, u.status::text AS status, (SELECT count(*) FROM copied) AS dead_lettered
@@ -171,9 +190,6 @@ FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
                                                progress double precision, attrs jsonb)
 WHERE j.id = h.id AND j.lease_token = h.lease_token AND j.status = 'active'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
-
--- name: touch_worker
-UPDATE {schema}.worker SET last_seen_at = now() WHERE id = %(id)s;
 
 -- name: release_jobs
 -- Abort: jobs still running go back to pending at once, without spending the

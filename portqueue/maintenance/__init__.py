@@ -3,16 +3,21 @@
 Every service has the same shape (see ``rescuer.py``): a ``name``, ``run(stopping)``
 looping on a jittered interval, and ``run_once()`` doing one bounded pass under
 a transaction-scoped advisory lock, so only one process acts at a time.
+
+``run_pass(dsn)`` runs one pass of every maintenance service outside a worker
+(what ``portqueue prune`` does).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
-from portqueue.settings import Settings
+from portqueue.settings import DEFAULT_RETENTION_SECONDS, Settings, client_settings
+from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 
 class Service(Protocol):
@@ -21,13 +26,65 @@ class Service(Protocol):
     def run(self, stopping: Callable[[], bool]) -> Awaitable[None]: ...
 
 
-def maintenance_services(settings: Settings, pool: AsyncConnectionPool) -> list[Service]:
-    """The services a worker runs unless started with maintenance=False."""
+class MaintenanceService(Service, Protocol):
+    def run_once(self) -> Awaitable[int]: ...
+
+
+def _maintenance(settings: Settings, pool: AsyncConnectionPool) -> list[MaintenanceService]:
+    from portqueue.maintenance.expirer import Expirer
+    from portqueue.maintenance.pruner import Pruner
+    from portqueue.maintenance.reaper import Reaper
     from portqueue.maintenance.rescuer import Rescuer
 
-    return [Rescuer(settings, pool)]
+    # Rescue and expire before pruning: both finish jobs the pruner may then take.
+    return [Rescuer(settings, pool), Expirer(settings, pool), Pruner(settings, pool),
+            Reaper(settings, pool)]
+
+
+def maintenance_services(settings: Settings, pool: AsyncConnectionPool) -> list[Service]:
+    """The services a worker runs unless started with maintenance=False."""
+    return list(_maintenance(settings, pool))
 
 
 def scheduler_services(settings: Settings, pool: AsyncConnectionPool) -> list[Service]:
     """The services a worker runs unless started with scheduler=False."""
-    return []
+    from portqueue.scheduler import Scheduler
+
+    return [Scheduler(settings, pool)]
+
+
+def run_pass(
+    dsn: str,
+    *,
+    schema: str = "portqueue",
+    default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+) -> dict[str, int]:
+    """Run one pass of every maintenance service; returns how many rows each handled.
+
+    Keys: ``rescuer`` (lapsed leases rescued), ``expirer`` (jobs expired),
+    ``pruner`` (finished jobs deleted), ``reaper`` (dead worker rows deleted).
+    ``default_retention_seconds`` (default 7 days) should match the workers'
+    clients. A service another process is running right now is skipped (it
+    reports 0): that process is doing the same work. Blocks; not for use
+    inside a running event loop (await ``run_pass_async`` there).
+    """
+    return asyncio.run(run_pass_async(
+        dsn, schema=schema, default_retention_seconds=default_retention_seconds))
+
+
+async def run_pass_async(
+    dsn: str,
+    *,
+    schema: str = "portqueue",
+    default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+) -> dict[str, int]:
+    """``run_pass`` for asyncio code."""
+    settings = client_settings(
+        dsn, schema=schema, instance_key=None, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
+        pool_min_size=1, pool_max_size=1, poll_only=False, application_name="portqueue",
+        default_retention_seconds=default_retention_seconds)
+    async with AsyncConnectionPool(
+            dsn, min_size=1, max_size=1, open=False, name="portqueue:maintenance",
+            kwargs=settings.connection_kwargs("maintenance")) as pool:
+        return {service.name: await service.run_once()
+                for service in _maintenance(settings, pool)}

@@ -128,13 +128,18 @@ class ThreadWorkerHost:
 
     def run(self) -> None:
         self.start()
+        received: list[int] = []
 
         def on_signal(signum: int, frame: Any) -> None:
-            if self._stopping:
+            # Counted here, not by _stopping: a second signal that arrives
+            # before the main thread has begun the drain (SIGTERM twice in a
+            # row) must still abort, not queue up behind the first unheard.
+            if self._stopping or received:
                 log.info("received %s: aborting", signal.Signals(signum).name)
                 self.worker.request_abort()
             else:
                 self._events.put(signum)
+            received.append(signum)
 
         previous = {signum: signal.signal(signum, on_signal)
                     for signum in (signal.SIGTERM, signal.SIGINT)}

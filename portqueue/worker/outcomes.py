@@ -60,6 +60,7 @@ class Settled:
 
     running: Running
     completed: bool
+    status: str = "completed"  # as written: "cancelled" if it returned after its cancel
 
 
 Outcome = Completion | Failure | Settled

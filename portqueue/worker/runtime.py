@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import inspect
 import json
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -80,6 +83,7 @@ class Worker:
         self.fatal: BaseException | None = None
         self.on_fatal: Callable[[], None] = lambda: None
         self._sync_pool: ConnectionPool | None = None
+        self._sync_pool_lock = threading.Lock()
         self._handler_pool: AsyncConnectionPool | None = None
         self.lease_seconds_min = min(spec.lease_seconds for spec in self.queues.values())
 
@@ -92,19 +96,25 @@ class Worker:
         self._outcome_ready = asyncio.Event()
         self._idle = asyncio.Event()
         self._abort = asyncio.Event()
+        # Held by the fetcher from a claim until its runners exist; stop()
+        # takes it before draining (see stop).
+        self._claiming = asyncio.Lock()
         threads = sum(spec.concurrency for spec in self.queues.values() if not spec.is_async)
-        self._threads = ThreadPoolExecutor(max_workers=max(threads, 1) + 4,
-                                           thread_name_prefix="portqueue-handler")
+        self._thread_count = max(threads, 1) + 4
+        self._threads = self._thread_pool()
+        # Sync event callbacks run here, one at a time and in order, never on
+        # the loop: a slow one would stall claims, heartbeats and completions.
+        self._callback_thread = ThreadPoolExecutor(max_workers=1,
+                                                   thread_name_prefix="portqueue-callbacks")
         self.pool = AsyncConnectionPool(
-            self.settings.dsn, min_size=2, max_size=4, open=False,
+            # Claims, the completer, event reads and the maintenance services;
+            # handlers never use it, so none of these can be starved by them.
+            self.settings.dsn, min_size=2, max_size=8, open=False,
             kwargs=self.settings.connection_kwargs("worker"), name="portqueue:worker")
         await self.pool.open(wait=True, timeout=30)
         await self._execute(*[self.q("upsert_queue", **spec.queue_row())
                               for spec in self.queues.values()])
-        await self._execute(self.q(
-            "register_worker", id=self.id, instance_key=self.settings.instance_key,
-            hostname=socket.gethostname(), pid=os.getpid(), queues=list(self.queues),
-            concurrency=sum(spec.concurrency for spec in self.queues.values())))
+        await self._execute(self._registration())
         self._spawn(self._fetch_loop(), "fetcher")
         self._completer = asyncio.create_task(self._complete_loop(), name="portqueue-completer")
         self._spawn(self._heartbeat_loop(), "heartbeat")
@@ -120,6 +130,12 @@ class Worker:
         log.info("worker %s started: queues=%s instance_key=%s", self.id,
                  {name: spec.concurrency for name, spec in self.queues.items()},
                  self.settings.instance_key)
+
+    def _registration(self) -> Query:
+        return self.q(
+            "register_worker", id=self.id, instance_key=self.settings.instance_key,
+            hostname=socket.gethostname(), pid=os.getpid(), queues=list(self.queues),
+            concurrency=sum(spec.concurrency for spec in self.queues.values()))
 
     def _spawn(self, coroutine: Awaitable[None], name: str) -> None:
         async def guarded() -> None:
@@ -145,6 +161,11 @@ class Worker:
         self._wake.set()
         if abort:
             self._abort.set()
+        # A claim in flight commits and starts its jobs' runners before the
+        # drain looks at what runs; otherwise its jobs would be left active,
+        # never run, until their leases lapsed and the rescuer spent an attempt.
+        async with self._claiming:
+            pass
         await self._drain()
         # The completer finishes what it is writing and everything queued,
         # then exits: cancelling it mid-write would lose finished outcomes.
@@ -162,6 +183,7 @@ class Worker:
         if self._sync_pool is not None:
             await asyncio.to_thread(self._sync_pool.close)
         self._threads.shutdown(wait=False, cancel_futures=True)
+        self._callback_thread.shutdown(wait=False, cancel_futures=True)
         log.info("worker %s stopped", self.id)
 
     def request_abort(self) -> None:
@@ -220,7 +242,12 @@ class Worker:
             full = False
             if sum(free.values()) > 0:
                 try:
-                    claimed, claimed_per_queue = await self._claim(free)
+                    async with self._claiming:
+                        if self._stopping:
+                            return
+                        claimed, claimed_per_queue = await self._claim(free)
+                        for row in claimed:
+                            self._start(row)
                     failures = 0
                 except psycopg.Error as exc:
                     failures += 1
@@ -234,8 +261,6 @@ class Worker:
                 full = any(claimed_per_queue[name] >= slots
                            for name, slots in free.items() if slots > 0)
                 self._backlog = full
-                for row in claimed:
-                    self._start(row)
             if full and sum(self._free_slots().values()) > 0:
                 continue
             with contextlib.suppress(asyncio.TimeoutError):
@@ -300,7 +325,10 @@ class Worker:
         else:
             call = asyncio.ensure_future(self.loop.run_in_executor(
                 self._threads, self._invoke_sync, running))
-        timeout = running.claimed.timeout_seconds
+        # The job's own timeout, else this worker's declared one: a job added
+        # before any worker wrote the queue's defaults stored none, and would
+        # otherwise run unbounded under a handler declared with a timeout.
+        timeout = running.claimed.timeout_seconds or running.spec.timeout_seconds
         done, _ = await asyncio.wait({call}, timeout=timeout)
         if call in done:
             return call.result()
@@ -311,8 +339,21 @@ class Worker:
             call.cancel()
         else:
             call.add_done_callback(lambda _: None)
+            self._retire_thread_pool()
         return failure(running, TimeoutError(
             f"handler exceeded timeout_seconds={timeout}"))
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        return ThreadPoolExecutor(max_workers=self._thread_count,
+                                  thread_name_prefix="portqueue-handler")
+
+    def _retire_thread_pool(self) -> None:
+        """A timed-out sync handler keeps its thread until it returns. Later jobs
+        get a fresh pool: enough stuck handlers would otherwise hold every thread,
+        and each new job would wait in the queue and time out, never run. The
+        retired pool ends as its threads finish."""
+        retired, self._threads = self._threads, self._thread_pool()
+        retired.shutdown(wait=False)
 
     def _job_fields(self, running: Running) -> dict[str, Any]:
         claimed = running.claimed
@@ -340,7 +381,7 @@ class Worker:
         except BaseException as exc:
             job.close_transaction(commit=False)
             return failure(running, exc)
-        return Settled(running, completed=bool(rows))
+        return Settled(running, completed=bool(rows), status=outcome.status)
 
     async def _invoke_async(self, running: Running) -> Outcome:
         job = AsyncJob(connect=self._async_connection, **self._job_fields(running))
@@ -360,14 +401,18 @@ class Worker:
         except BaseException as exc:
             await job.close_transaction(commit=False)
             return failure(running, exc)
-        return Settled(running, completed=bool(rows))
+        return Settled(running, completed=bool(rows), status=outcome.status)
 
     def _sync_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
-        if self._sync_pool is None:
-            # Created on first use, from a handler thread: only handlers use it.
-            self._sync_pool = ConnectionPool(
-                self.settings.dsn, min_size=0, max_size=self.settings.pool_max_size,
-                kwargs=self.settings.connection_kwargs("handler"), name="portqueue:handler")
+        # Created on first use, from a handler thread: only handlers use it.
+        # Locked: handlers entering job.transaction() together would each
+        # create a pool, and all but one would leak their connections.
+        with self._sync_pool_lock:
+            if self._sync_pool is None:
+                self._sync_pool = ConnectionPool(
+                    self.settings.dsn, min_size=0, max_size=self.settings.pool_max_size,
+                    kwargs=self.settings.connection_kwargs("handler"), name="portqueue:handler",
+                    open=True)
         return self._sync_pool.connection()
 
     def _async_connection(
@@ -467,16 +512,24 @@ class Worker:
                 log.warning("job %s on %r: lease lost; its outcome was refused", job_id,
                             claimed.queue)
                 continue
-            if isinstance(outcome, Failure):
+            if isinstance(outcome, Failure) and outcome.status == "cancelled":
                 errors[job_id] = outcome.error
-                event = ("job_cancelled" if outcome.status == "cancelled"
-                         else "job_retrying" if outcome.retry else "job_failed")
+                event = "job_cancelled"
+                log.info("job %s on %r cancelled (raised %s after its cancel signal)", job_id,
+                         claimed.queue, outcome.error["type"])
+            elif isinstance(outcome, Failure):
+                errors[job_id] = outcome.error
+                event = "job_retrying" if outcome.retry else "job_failed"
                 level = logging.WARNING if outcome.retry else logging.ERROR
                 log.log(level, "job %s on %r failed (attempt %d/%d%s): %s: %s", job_id,
                         claimed.queue, claimed.attempt, claimed.max_attempts,
                         ", will retry" if outcome.retry else "", outcome.error["type"],
                         outcome.error["message"])
             elif isinstance(outcome, Completion) and outcome.status == "cancelled":
+                event = "job_cancelled"
+            elif isinstance(outcome, Settled) and outcome.status == "cancelled":
+                # A job.transaction() handler that returned after its cancel
+                # signal: its completion wrote status 'cancelled'.
                 event = "job_cancelled"
             else:
                 event = "job_completed"
@@ -505,7 +558,11 @@ class Worker:
                 args = (snapshot, errors.get(snapshot.job_id))
             for callback in callbacks:
                 try:
-                    result = callback(*args)
+                    if inspect.iscoroutinefunction(callback):
+                        await callback(*args)
+                        continue
+                    result = await self.loop.run_in_executor(
+                        self._callback_thread, functools.partial(callback, *args))
                     if asyncio.iscoroutine(result):
                         await result
                 except Exception:
@@ -551,7 +608,7 @@ class Worker:
         } for r in touched]
         try:
             rows = await execute_async(conn, self.q("touch_jobs", jobs=json.dumps(payload)))
-            await execute_async(conn, self.q("touch_worker", id=self.id))
+            await execute_async(conn, self._registration())
         except BaseException:
             for running in touched:
                 running.report.put_back(*reports[running.claimed.id])

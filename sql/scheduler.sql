@@ -1,0 +1,111 @@
+-- Scheduling: spawning one job per schedule tick. Run by every process with
+-- a scheduler; exactly-once comes from the row locks and the unique tick key,
+-- not from electing one scheduler.
+
+-- name: lock_due_schedules
+-- Due-ness is the database clock's. FOR UPDATE SKIP LOCKED: a schedule being
+-- spawned by another scheduler is passed over, never waited for, so any
+-- number of schedulers share the due rows without blocking each other. The
+-- lock is held until the spawn below commits, which is also what makes
+-- remove_schedule final: its DELETE waits for an in-flight spawn, and no
+-- scheduler can lock the row after it. Re-checked on the locked row version,
+-- so a schedule advanced by a scheduler that committed meanwhile is no longer
+-- due. now() is returned so the next tick is computed from the same clock.
+SELECT s.id, s.cron, s.tz, s.every_seconds, s.next_run_at, now() AS now
+FROM {schema}.schedule AS s
+WHERE s.enabled AND s.next_run_at <= now()
+ORDER BY s.next_run_at
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: spawn_scheduled_jobs
+-- One statement per batch, in the transaction holding the schedule rows: each
+-- schedule's job for its tick (scheduled_for = the tick, start_after = the
+-- tick) and the schedule's advance to its next tick commit together or not
+-- at all. The unique index job_schedule_tick_uq (schedule_id, scheduled_for)
+-- is the last word: should two schedulers ever hold the same tick, the
+-- second INSERT does nothing. ON CONFLICT DO NOTHING rather than an error,
+-- because a unique violation would abort the whole batch: a tick whose job
+-- collides with a pending/active job of the same singleton_key is skipped
+-- (the template's singleton key means "never two at once"), and the schedule
+-- still advances. Options resolve against the queue's current defaults
+-- exactly as add_jobs does. A queue paused with mode 'all' refuses adds, so
+-- its ticks are skipped too (and reported as such).
+WITH ticks AS (
+    SELECT t.schedule_id, t.job_id, t.scheduled_for, t.next_run_at
+    FROM jsonb_to_recordset(%(ticks)s::jsonb) AS t (
+        schedule_id uuid, job_id uuid, scheduled_for timestamptz, next_run_at timestamptz)
+),
+due AS (
+    SELECT t.schedule_id, t.job_id, t.scheduled_for, s.queue, s.data, o.*
+    FROM ticks AS t
+    JOIN {schema}.schedule AS s ON s.id = t.schedule_id
+    CROSS JOIN LATERAL jsonb_to_record(s.job_options) AS o (
+        priority integer, max_attempts integer, retry_delay_seconds integer,
+        backoff_strategy text, backoff_factor double precision,
+        backoff_max_delay_seconds integer, backoff_jitter boolean,
+        expire_in_seconds integer, retention_ttl_seconds integer, timeout_seconds integer,
+        preferred_instance_key_pattern text, singleton_key text, group_id text)
+),
+spawned AS (
+    INSERT INTO {schema}.job AS j (
+        id, queue, data, priority, start_after,
+        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
+        backoff_max_delay_seconds, backoff_jitter,
+        expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
+        preferred_instance_key_pattern, singleton_key, group_id,
+        schedule_id, scheduled_for)
+    SELECT
+        d.job_id, d.queue, d.data, coalesce(d.priority, 0), d.scheduled_for,
+        coalesce(d.max_attempts, q.max_attempts, 1),
+        coalesce(d.retry_delay_seconds, q.retry_delay_seconds, 0),
+        coalesce(d.backoff_strategy, q.backoff_strategy, 'fixed'),
+        coalesce(d.backoff_factor, q.backoff_factor, 2),
+        CASE WHEN d.max_attempts IS NOT NULL THEN d.backoff_max_delay_seconds
+             ELSE q.backoff_max_delay_seconds END,
+        coalesce(d.backoff_jitter, q.backoff_jitter, false),
+        coalesce(d.expire_in_seconds, q.expire_in_seconds),
+        -- expiry bounds the wait from when the job could first start: a tick
+        -- spawned late (a misfire) still gets its whole window, rather than
+        -- being born expired
+        greatest(d.scheduled_for, now())
+            + make_interval(secs => coalesce(d.expire_in_seconds, q.expire_in_seconds)),
+        d.retention_ttl_seconds,
+        coalesce(d.timeout_seconds, q.timeout_seconds),
+        d.preferred_instance_key_pattern, d.singleton_key, d.group_id,
+        d.schedule_id, d.scheduled_for
+    FROM due AS d
+    LEFT JOIN {schema}.queue AS q ON q.name = d.queue
+    WHERE q.paused IS DISTINCT FROM 'all'
+    -- key order, as in add_jobs: two statements inserting the same singleton
+    -- keys in different orders could otherwise each wait for the other
+    ORDER BY d.singleton_key, d.schedule_id
+    ON CONFLICT DO NOTHING
+    RETURNING j.id, j.schedule_id
+),
+advanced AS (
+    UPDATE {schema}.schedule AS s
+    SET next_run_at = t.next_run_at,
+        last_run_at = CASE WHEN sp.id IS NULL THEN s.last_run_at ELSE now() END,
+        last_job_id = coalesce(sp.id, s.last_job_id),
+        updated_at = now()
+    FROM ticks AS t
+    LEFT JOIN spawned AS sp ON sp.schedule_id = t.schedule_id
+    WHERE s.id = t.schedule_id
+)
+SELECT d.schedule_id, d.scheduled_for, sp.id AS job_id,
+       coalesce(q.paused = 'all', false) AS paused
+FROM due AS d
+LEFT JOIN spawned AS sp ON sp.schedule_id = d.schedule_id
+LEFT JOIN {schema}.queue AS q ON q.name = d.queue;
+
+-- name: next_schedule_due
+-- How long until the next enabled schedule falls due (NULL: none), so a
+-- scheduler sleeps until then rather than a whole interval and ticks are
+-- spawned on time. Rows already due are not counted: they are held by
+-- another scheduler (which spawns them) or could not be advanced (logged).
+-- clock_timestamp(), not now(): the transaction began before this pass's work.
+-- Served by schedule_due_idx.
+SELECT extract(epoch FROM min(s.next_run_at) - clock_timestamp())::double precision AS seconds
+FROM {schema}.schedule AS s
+WHERE s.enabled AND s.next_run_at > now();

@@ -1,0 +1,39 @@
+"""Fixtures shared by the worker tests (tests/integration/test_worker_*.py):
+in-process workers that never outlive their test, and a table handlers write
+to. The database, schema and client fixtures come from tests/conftest.py."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from portqueue import AsyncPortQueue, PortQueue
+from tests.support.workers import AsyncHarness, SyncHarness
+
+Db = psycopg.Connection[Any]
+
+
+@pytest.fixture
+def harness(pq: PortQueue) -> Iterator[SyncHarness]:
+    h = SyncHarness(pq)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+async def aharness(apq_factory: Callable[..., AsyncPortQueue]) -> AsyncIterator[AsyncHarness]:
+    h = AsyncHarness(apq_factory())
+    yield h
+    await h.close()
+
+
+@pytest.fixture
+def effects(db: Db) -> Iterator[str]:
+    """A table handlers write to inside ``job.transaction()``."""
+    db.execute("DROP TABLE IF EXISTS public.worker_effects")
+    db.execute("CREATE TABLE public.worker_effects (job_id uuid, note text)")
+    yield "public.worker_effects"
+    db.execute("DROP TABLE IF EXISTS public.worker_effects")
