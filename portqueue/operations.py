@@ -75,7 +75,8 @@ def _optional_utc(value: datetime | None) -> datetime | None:
     return None if value is None else _utc(value)
 
 
-def _retry(row: dict[str, Any]) -> RetryPolicy | None:
+def retry_policy_of(row: dict[str, Any]) -> RetryPolicy | None:
+    """A row's retry columns (job or queue) as a RetryPolicy; None when unset."""
     if row["max_attempts"] is None:
         return None
     return RetryPolicy(
@@ -91,7 +92,7 @@ def _retry(row: dict[str, Any]) -> RetryPolicy | None:
 
 
 def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
-    retry = _retry(row)
+    retry = retry_policy_of(row)
     assert retry is not None
     return JobSnapshot(
         job_id=_id(row["id"]),
@@ -130,7 +131,7 @@ def queue_info(row: dict[str, Any]) -> QueueInfo:
         paused=None if row["paused"] is None else PauseMode(row["paused"]),
         created_at=_utc(row["created_at"]),
         concurrency=row["concurrency"],
-        retry=_retry(row),
+        retry=retry_policy_of(row),
         expire_in_seconds=row["expire_in_seconds"],
         retention=Retention(
             ttl_seconds=row["retention_ttl_seconds"],

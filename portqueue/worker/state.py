@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from portqueue.types import Backoff, BackoffStrategy, RetryPolicy
+from portqueue.operations import retry_policy_of
+from portqueue.types import RetryPolicy
 from portqueue.worker.job import AsyncJob, Job, JobReport
 from portqueue.worker.registry import QueueSpec
 from portqueue.worker.signal import SignalState
@@ -36,19 +37,16 @@ class Claimed:
             group_id=row["group_id"],
             lease_token=row["lease_token"],
             timeout_seconds=row["timeout_seconds"],
-            retry=RetryPolicy(
-                max_attempts=row["max_attempts"],
-                delay_seconds=row["retry_delay_seconds"],
-                backoff=Backoff(
-                    strategy=BackoffStrategy(row["backoff_strategy"]),
-                    factor=row["backoff_factor"],
-                    max_delay_seconds=row["backoff_max_delay_seconds"],
-                    jitter=row["backoff_jitter"],
-                ),
-            ),
+            retry=_claimed_retry(row),
             cancel_requested=row["cancel_requested"],
             waited_seconds=row["waited_seconds"],
         )
+
+
+def _claimed_retry(row: dict[str, Any]) -> RetryPolicy:
+    retry = retry_policy_of(row)
+    assert retry is not None, "a job always has max_attempts"
+    return retry
 
 
 @dataclass(eq=False)
