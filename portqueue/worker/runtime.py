@@ -47,6 +47,7 @@ from portqueue.worker.state import Claimed, Running
 log = logging.getLogger("portqueue.worker")
 
 RECONNECT_MAX_SECONDS = 10.0
+HANDLER_UNWIND_SECONDS = 5.0
 LISTEN_HEALTH_SECONDS = 15.0
 
 
@@ -80,6 +81,8 @@ class Worker:
         self._closing = False
         self._backlog = False
         self._background: set[asyncio.Task[None]] = set()
+        # Async handler calls still running, including ones past their timeout.
+        self._async_calls: set[asyncio.Future[Outcome]] = set()
         self.fatal: BaseException | None = None
         self.on_fatal: Callable[[], None] = lambda: None
         self._sync_pool: ConnectionPool | None = None
@@ -167,6 +170,7 @@ class Worker:
         async with self._claiming:
             pass
         await self._drain()
+        await self._cancel_async_handlers()
         # The completer finishes what it is writing and everything queued,
         # then exits: cancelling it mid-write would lose finished outcomes.
         self._closing = True
@@ -202,6 +206,18 @@ class Worker:
             abort.cancel()
         if self.running:
             await self._release_running()
+
+    async def _cancel_async_handlers(self) -> None:
+        """Async handlers still running after the drain (their jobs released or
+        timed out) are cancelled and given a moment to unwind, so a handler's
+        open job.transaction() is rolled back and its connection returned
+        before the pools close: a destroyed task would leave the transaction
+        open on the server, holding its locks."""
+        calls = [call for call in self._async_calls if not call.done()]
+        for call in calls:
+            call.cancel()
+        if calls:
+            await asyncio.wait(calls, timeout=HANDLER_UNWIND_SECONDS)
 
     async def _release_running(self) -> None:
         released = [r for r in self.running.values() if not r.settled]
@@ -322,6 +338,8 @@ class Worker:
     async def _call_with_timeout(self, running: Running) -> Outcome | None:
         if running.spec.is_async:
             call: asyncio.Future[Outcome] = asyncio.ensure_future(self._invoke_async(running))
+            self._async_calls.add(call)
+            call.add_done_callback(self._async_calls.discard)
         else:
             call = asyncio.ensure_future(self.loop.run_in_executor(
                 self._threads, self._invoke_sync, running))

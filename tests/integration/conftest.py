@@ -36,4 +36,7 @@ def effects(db: Db) -> Iterator[str]:
     db.execute("DROP TABLE IF EXISTS public.worker_effects")
     db.execute("CREATE TABLE public.worker_effects (job_id uuid, note text)")
     yield "public.worker_effects"
+    # A transaction a test left open would make this DROP wait forever: fail
+    # the test instead of hanging the run.
+    db.execute("SET lock_timeout = '10s'")
     db.execute("DROP TABLE IF EXISTS public.worker_effects")
