@@ -3,6 +3,7 @@
 from portqueue.async_client import AsyncPortQueue
 from portqueue.client import PortQueue
 from portqueue.errors import (
+    DatabaseUnavailable,
     InvalidArgument,
     JobFailedError,
     PayloadTooLarge,
@@ -37,6 +38,7 @@ __all__ = [
     "CancelOutcome",
     "CancelResult",
     "CronSpec",
+    "DatabaseUnavailable",
     "DeduplicationReason",
     "InvalidArgument",
     "JobFailedError",

@@ -14,8 +14,10 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from portqueue import operations, validation
+from portqueue.availability import is_unavailable, unavailable
 from portqueue.driver import Operation, call_blocking_sync, execute_sync, run_sync
 from portqueue.errors import InvalidArgument, JobFailedError
+from portqueue.metrics import hooks
 from portqueue.migrate import migrate
 from portqueue.queries import Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
@@ -38,7 +40,7 @@ from portqueue.types import (
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PAGE, batch_tx
 from portqueue.worker.host import ThreadWorkerHost
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, Registry, queue_spec
-from portqueue.worker.runtime import Worker
+from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS, Worker
 
 # How often a poll_only client re-reads a waited-for job.
 POLL_ONLY_WAIT_SECONDS = 0.1
@@ -50,12 +52,14 @@ H = TypeVar("H", bound=Callable[..., Any])
 class PortQueue:
     """A portqueue client: owns a connection pool; safe to share between threads.
 
-    Settings (keyword-only):
+    Args:
+      dsn: the PostgreSQL connection string (URL or ``key=value``).
       schema: the Postgres schema holding portqueue's tables (default ``"portqueue"``).
       instance_key: this process's capability key, matched by jobs'
         ``preferred_instance_key_pattern`` (default ``None``).
       max_payload_bytes: the largest encoded ``data`` accepted (default 1 MiB).
-      pool_min_size / pool_max_size: connection pool bounds (default 1 / 10).
+      pool_min_size: the connection pool's lower bound (default 1).
+      pool_max_size: the connection pool's upper bound (default 10).
       poll_only: for PgBouncer in transaction mode: no server-side prepared
         statements, no LISTEN (default ``False``).
       application_name: prefix of every connection's application_name (default
@@ -94,7 +98,10 @@ class PortQueue:
             dsn,
             min_size=self._settings.pool_min_size,
             max_size=self._settings.pool_max_size,
-            kwargs=self._settings.connection_kwargs("client"),
+            # Autocommit: a one-statement operation (add_job, cancel_job, a read)
+            # is one round trip instead of BEGIN, statement, COMMIT; operations
+            # that need atomicity ask _run for a transaction.
+            kwargs={**self._settings.connection_kwargs("client"), "autocommit": True},
             open=False,
             name=f"portqueue:{self._settings.schema}",
         )
@@ -160,9 +167,12 @@ class PortQueue:
         settings = self._settings
         call_blocking_sync(lambda: migrate(settings.dsn, schema=settings.schema))
 
-    def _run(self, operation: Operation[T], tx: object = None) -> T:
+    def _run(self, operation: Operation[T], tx: object = None, *, atomic: bool = False) -> T:
         # Taking the first query runs the operation's validation: bad input
         # raises here, before a connection is borrowed or anything is written.
+        # ``atomic``: the operation's statements share one transaction (a batch
+        # whose later rounds must not leave earlier ones half-written, or an
+        # operation using a savepoint); otherwise each statement commits alone.
         try:
             query: Query = next(operation)
         except StopIteration as done:
@@ -173,8 +183,18 @@ class PortQueue:
                     "tx", f"PortQueue needs a sync adapter from portqueue.tx, got {tx!r}")
             return run_sync(operation, query, tx.execute)
         self._open()
-        with self._pool.connection() as conn:
-            return run_sync(operation, query, lambda q: execute_sync(conn, q))
+        try:
+            with self._pool.connection() as conn:
+                if atomic:
+                    with conn.transaction():
+                        return run_sync(operation, query, lambda q: execute_sync(conn, q))
+                return run_sync(operation, query, lambda q: execute_sync(conn, q))
+        except psycopg.Error as error:
+            # A database that is down, restarting or read-only is a typed,
+            # retryable error; anything else (a bug, a constraint) is not.
+            if is_unavailable(error):
+                raise unavailable(error) from error
+            raise
 
     # --- producing ---
 
@@ -218,7 +238,15 @@ class PortQueue:
             "idempotency_key": idempotency_key, "singleton_key": singleton_key,
             "group_id": group_id,
         }
-        return self._run(operations.add_job(self._settings, options), tx)
+        with hooks.adding(queue) as scope:  # the add span and counter, when observed
+            result = self._run(
+                operations.add_job(self._settings, options, scope.attrs), tx,
+                # A recurring add reads the clock, then stores the schedule:
+                # one transaction, so its first tick is exactly one period
+                # after its created_at. A plain add is one statement.
+                atomic=schedule is not None)
+            scope.added([result])
+        return result
 
     def add_jobs(
         self, *, queue: str, jobs: Sequence[Mapping[str, Any]], tx: object = None
@@ -229,13 +257,17 @@ class PortQueue:
         entries are rejected, and so are entries naming different ``tx``.
         """
         chosen_tx = batch_tx(tx, jobs)
-        return self._run(operations.add_job_batch(self._settings, queue, jobs), chosen_tx)
+        with hooks.adding(queue) as scope:
+            operation = operations.add_job_batch(self._settings, queue, jobs, scope.attrs)
+            results = self._run(operation, chosen_tx, atomic=True)
+            scope.added(results)
+        return results
 
     # --- managing ---
 
     def retry_job(self, *, job_id: str, tx: object = None) -> AddJobResult | None:
         """Re-arm a settled job's own row to ``pending``; ``None`` if unknown or active."""
-        return self._run(operations.retry(self._settings, job_id), tx)
+        return self._run(operations.retry(self._settings, job_id), tx, atomic=True)
 
     def cancel_job(self, *, job_id: str, tx: object = None) -> CancelResult:
         """Cancel a pending job, or signal a running one's handler to stop."""
@@ -384,6 +416,7 @@ class PortQueue:
     def _worker(
         self, queues: Sequence[str] | None, concurrency: int | None, maintenance: bool,
         scheduler: bool, poll_interval: float, grace_seconds: float,
+        listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
     ) -> Worker:
         if self._host is not None:
             raise InvalidArgument("start", "this client's worker is already running")
@@ -401,6 +434,8 @@ class PortQueue:
             grace_seconds=validation.positive_seconds("grace_seconds", grace_seconds),
             maintenance=maintenance,
             scheduler=scheduler,
+            listen_check_seconds=validation.positive_seconds(
+                "listen_check_seconds", listen_check_seconds),
         )
 
     def start(
@@ -412,6 +447,7 @@ class PortQueue:
         maintenance: bool = True,
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
+        listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
     ) -> None:
         """Start consuming the registered queues (or ``queues``); returns once running.
 
@@ -419,9 +455,13 @@ class PortQueue:
         the fallback when no NOTIFY arrives; ``grace_seconds`` (default 30) bounds
         how long ``stop()`` waits for running handlers. ``maintenance`` runs the
         maintenance services in this process; ``scheduler`` spawns jobs from schedules.
+        ``listen_check_seconds`` (default 15): a LISTEN connection quiet this long
+        must answer a ``SELECT 1`` within a third of it or is replaced, so a
+        silently dropped one is noticed in about 4/3 of it plus 5 s.
         """
         worker = self._worker(
-            queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds)
+            queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
+            listen_check_seconds)
         host = ThreadWorkerHost(worker)
         host.start()
         self._host = host
@@ -443,11 +483,14 @@ class PortQueue:
         maintenance: bool = True,
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
+        listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
     ) -> None:
         """Run workers until SIGTERM (drain, then return) or SIGINT / a second signal
-        (abort). Raises ``PortQueueError`` if the worker dies of a fatal error."""
+        (abort). Raises ``PortQueueError`` if the worker dies of a fatal error.
+        Settings as for ``start()``."""
         worker = self._worker(
-            queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds)
+            queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
+            listen_check_seconds)
         host = ThreadWorkerHost(worker)
         self._host = host
         try:

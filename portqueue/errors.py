@@ -40,3 +40,18 @@ class JobFailedError(PortQueueError):
         detail = f": {last}" if last else ""
         super().__init__(f"job {job.job_id} ended {job.status.value}{detail}")
         self.job = job
+
+
+class DatabaseUnavailable(PortQueueError):
+    """PostgreSQL could not take the request right now: the connection failed or
+    broke, the server is starting or shutting down, has no free connection, or
+    is read-only (a failover in progress, ``default_transaction_read_only``).
+
+    Retryable: nothing was written. Raised by the client's own connections
+    (with ``tx=``, your driver's error reaches you as it raised it); the
+    original error is ``__cause__`` and its SQLSTATE is ``sqlstate`` (``None``
+    when the connection itself failed)."""
+
+    def __init__(self, message: str, sqlstate: str | None = None) -> None:
+        super().__init__(message)
+        self.sqlstate = sqlstate

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 _VERSION_7 = 0x7 << 76
 _VARIANT_RFC = 0b10 << 62
@@ -21,4 +20,6 @@ def uuid7() -> str:
     rand_a = (rand >> 62) & 0xFFF
     rand_b = rand & ((1 << 62) - 1)
     value = (millis & ((1 << 48) - 1)) << 80 | _VERSION_7 | rand_a << 64 | _VARIANT_RFC | rand_b
-    return str(uuid.UUID(int=value))
+    # str(uuid.UUID(int=value)), formatted directly (one per job added).
+    text = f"{value:032x}"
+    return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"

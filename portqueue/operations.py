@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -69,6 +70,18 @@ def _json(value: Any) -> Any:
 
 def _utc(value: datetime) -> datetime:
     return value.astimezone(timezone.utc)
+
+
+class _UtcCache:
+    """``_utc`` for many values that are mostly one: a batch's start_after."""
+
+    def __init__(self) -> None:
+        self._last: tuple[datetime, datetime] | None = None
+
+    def __call__(self, value: datetime) -> datetime:
+        if self._last is None or self._last[0] != value:
+            self._last = (value, _utc(value))
+        return self._last[1]
 
 
 def _optional_utc(value: datetime | None) -> datetime | None:
@@ -158,6 +171,7 @@ def schedule_info(row: dict[str, Any]) -> ScheduleInfo:
         data=_json(row["data"]),
         idempotency_key=row["idempotency_key"],
         created_at=_utc(row["created_at"]),
+        misfire_grace_seconds=row["misfire_grace_seconds"],
     )
 
 
@@ -182,11 +196,17 @@ def add_jobs(q: Queries, queue: str, specs: Sequence[JobSpec]) -> Operation[list
         rows = yield q("add_jobs", queue=queue, jobs=batch)
         if any(row["outcome"] == "paused" for row in rows):
             raise QueuePausedError(queue)
-        added = {_id(row["id"]): row for row in rows}
+        added = {row["id"]: row for row in rows}
         skipped = []
+        utc = _UtcCache()
         for index, spec in todo:
-            if spec.id in added:
-                results[index] = _added(spec.id, queue, added[spec.id])
+            row = added.get(spec.id)
+            if row is not None:
+                # Runs per job of a batch: spec.id is canonical already, and
+                # the batch's rows share one start_after.
+                results[index] = AddJobResult(
+                    job_id=spec.id, queue=queue, status=JobStatus(row["status"]),
+                    start_after=utc(row["start_after"]))
             else:
                 skipped.append((index, spec))
         if not skipped:
@@ -272,6 +292,7 @@ def add_schedule(
             data=spec.data_json,
             job_options=json.dumps(template),
             idempotency_key=spec.idempotency_key,
+            misfire_grace_seconds=schedule.misfire_grace_seconds,
         )
         if any(row["outcome"] == "paused" for row in rows):
             raise QueuePausedError(queue)
@@ -438,19 +459,25 @@ def get_schedules(
 # borrows a connection, so bad input never reaches the database.
 
 
-def add_job(settings: Settings, options: dict[str, Any]) -> Operation[AddJobResult]:
+def add_job(
+    settings: Settings, options: dict[str, Any], attrs: Mapping[str, str] | None = None
+) -> Operation[AddJobResult]:
+    """``attrs``: the add span's trace context, stored on a one-off job's row."""
     queue = validation.queue_name(options.pop("queue"))
     spec, schedule = validation.job_spec(
         options, instance_key=settings.instance_key, max_payload_bytes=settings.max_payload_bytes
     )
     if schedule is not None and schedule.recurring:
         return (yield from add_schedule(settings.queries, queue, spec, schedule))
+    if attrs:
+        spec = replace(spec, attrs=attrs)
     (result,) = yield from add_jobs(settings.queries, queue, [spec])
     return result
 
 
 def add_job_batch(
-    settings: Settings, queue: str, jobs: Sequence[Mapping[str, Any]]
+    settings: Settings, queue: str, jobs: Sequence[Mapping[str, Any]],
+    attrs: Mapping[str, str] | None = None,
 ) -> Operation[list[AddJobResult]]:
     queue = validation.queue_name(queue)
     specs = []
@@ -466,7 +493,7 @@ def add_job_batch(
         if schedule is not None and schedule.recurring:
             # Each recurrence needs its own add_job call to return its schedule_id.
             raise InvalidArgument(f"{prefix}schedule", "add_jobs takes one-off jobs only")
-        specs.append(spec)
+        specs.append(replace(spec, attrs=attrs) if attrs else spec)
     if not specs:
         return []
     return (yield from add_jobs(settings.queries, queue, specs))

@@ -3,6 +3,12 @@
 A block starts with ``-- name: <name>`` and runs to the next one. ``{schema}``
 is replaced through ``psycopg.sql.Identifier``; values stay ``%(name)s``
 parameters, bound by the driver. Nothing else is ever put into SQL text.
+
+A block starting with ``-- fragment: <name>`` is not a statement but a piece
+several statements share (the dead-letter copy, a prune batch's tail). A
+statement includes it as ``{<name>}``; it is rendered for the schema first,
+so it may use ``{schema}`` too. Fragments hold only constant SQL, never a
+value, so sharing them is the same as writing them out twice.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from psycopg import sql
 
 from portqueue.resources import resource_dir
 
-_NAME_RE = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+_BLOCK_RE = re.compile(r"^-- (name|fragment): (\w+)\s*$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -30,16 +36,26 @@ class Query:
 
 
 @functools.cache
-def load_templates() -> dict[str, str]:
-    """Every named block of every file in sql/ (schema.sql holds no named blocks)."""
-    templates: dict[str, str] = {}
+def load_blocks() -> dict[str, dict[str, str]]:
+    """Every block of every file in sql/, by kind ("name" or "fragment") and name."""
+    blocks: dict[str, dict[str, str]] = {"name": {}, "fragment": {}}
     for path in sorted(resource_dir("sql").glob("*.sql")):
-        parts = _NAME_RE.split(path.read_text(encoding="utf-8"))
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if name in templates:
-                raise RuntimeError(f"query {name!r} is defined twice (second in {path.name})")
-            templates[name] = _strip_comments(body).rstrip(";")
-    return templates
+        parts = _BLOCK_RE.split(path.read_text(encoding="utf-8"))
+        for kind, name, body in zip(parts[1::3], parts[2::3], parts[3::3], strict=True):
+            if name in blocks["name"] or name in blocks["fragment"]:
+                raise RuntimeError(f"block {name!r} is defined twice (second in {path.name})")
+            blocks[kind][name] = _strip_comments(body).rstrip(";")
+    return blocks
+
+
+def load_templates() -> dict[str, str]:
+    """Every named statement (schema.sql holds none)."""
+    return load_blocks()["name"]
+
+
+def load_fragments() -> dict[str, str]:
+    """Every shared piece of statements."""
+    return load_blocks()["fragment"]
 
 
 def _strip_comments(body: str) -> str:
@@ -55,8 +71,10 @@ class Queries:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         quoted = sql.Identifier(schema)
+        fragments = {name: sql.SQL(text).format(schema=quoted)
+                     for name, text in load_fragments().items()}
         self._rendered = {
-            name: sql.SQL(template).format(schema=quoted).as_string()
+            name: sql.SQL(template).format(schema=quoted, **fragments).as_string()
             for name, template in load_templates().items()
         }
         # Channel names match the triggers in the migrations: "<schema>.<topic>".

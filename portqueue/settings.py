@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 from portqueue import validation
 from portqueue.errors import InvalidArgument
@@ -14,7 +17,7 @@ DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 
 @dataclass(frozen=True)
 class Settings:
-    dsn: str
+    dsn: str = field(repr=False)  # may hold a password: never in a repr or a log
     schema: str
     instance_key: str | None
     max_payload_bytes: int
@@ -50,6 +53,13 @@ def client_settings(
 ) -> Settings:
     if not isinstance(dsn, str) or not dsn:
         raise InvalidArgument("dsn", "must be a non-empty connection string")
+    try:
+        conninfo_to_dict(dsn)
+    except psycopg.Error:
+        # libpq's parse errors quote the offending token, which may be the
+        # password ("invalid percent-encoded token"); the pool would then log
+        # it on every retry. Refuse it here, quoting nothing.
+        raise InvalidArgument("dsn", "is not a valid connection string") from None
     if not isinstance(poll_only, bool):
         raise InvalidArgument("poll_only", "must be a bool")
     checked_schema = validation.schema_name(schema)

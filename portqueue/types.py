@@ -99,6 +99,9 @@ class Schedule:
     start_after_seconds: int | None = None
     start_every_seconds: int | None = None
     cron: str | CronSpec | None = None
+    # Recurring only. None: a tick missed while no scheduler ran is spawned once,
+    # however late. N: a tick found more than N seconds late is skipped.
+    misfire_grace_seconds: int | None = None
 
     @property
     def recurring(self) -> bool:
@@ -187,6 +190,7 @@ class ScheduleInfo:
     data: Any
     idempotency_key: str | None
     created_at: datetime
+    misfire_grace_seconds: int | None = None
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ SELECT pg_try_advisory_xact_lock(%(key)s) AS acquired;
 -- row being completed right now) and the WHERE re-checks status and lease
 -- on the locked row, so a job completed or heartbeated meanwhile is left
 -- untouched and each lapsed attempt is rescued exactly once.
--- A job failed here is copied to its queue's dead-letter queue, as in
--- fail_jobs: a job that kills its worker on every attempt ends here, and it
--- is the very job a dead-letter queue exists for.
+-- A job failed here is copied to its queue's dead-letter queue by the same
+-- fragment as in fail_jobs: a job that kills its worker on every attempt
+-- ends here, and it is the very job a dead-letter queue exists for.
 WITH lapsed AS (
     SELECT id
     FROM {schema}.job
@@ -45,17 +45,8 @@ dead_letter AS (
     JOIN {schema}.queue AS q ON q.name = r.queue
     WHERE r.status = 'failed' AND q.dead_letter_queue IS NOT NULL
 ),
-dead_letter_queue AS (
-    INSERT INTO {schema}.queue (name)
-    SELECT DISTINCT dead_letter_queue FROM dead_letter
-    ON CONFLICT DO NOTHING
-),
-copied AS (
-    INSERT INTO {schema}.job (id, queue, data, priority, group_id, source_job_id)
-    SELECT gen_random_uuid(), dead_letter_queue, data, priority, group_id, id
-    FROM dead_letter
-)
-SELECT r.id, r.status::text AS status
+{dead_letter_copy}
+SELECT r.id, r.status::text AS status, r.queue
 FROM rescued AS r;
 
 -- name: disable_jit
@@ -169,6 +160,35 @@ WHERE EXISTS (SELECT FROM {schema}.job AS j
 --   * the result: how many were deleted, how many candidates there were (a
 --     short batch ends the item) and the last candidate, where the next
 --     batch starts.
+--
+-- The candidates' keyset condition and everything after the candidates are
+-- the same in all three: the fragments below.
+
+-- fragment: prune_after_last_batch
+-- Rows after the previous batch's last one, in (finished_at, id) order. The
+-- plain finished_at bound is what lets the index scan start there.
+j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
+AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
+                             coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+
+-- fragment: prune_batch_tail
+doomed AS (
+    SELECT j.id
+    FROM candidates AS c
+    JOIN {schema}.job AS j ON j.id = c.id
+    WHERE j.finished_at = c.finished_at
+    ORDER BY j.id
+    FOR UPDATE OF j SKIP LOCKED
+),
+deleted AS (
+    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
+)
+SELECT (SELECT count(*) FROM deleted) AS deleted,
+       (SELECT count(*) FROM candidates) AS candidates,
+       last.finished_at AS last_finished_at, last.id AS last_id
+FROM (SELECT 1) AS one
+LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
+                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true
 
 -- name: prune_by_queue_ttl
 -- Jobs without a ttl of their own, past their queue's (or the default) ttl:
@@ -180,29 +200,11 @@ WITH candidates AS (
       AND j.finished_at IS NOT NULL
       AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
       AND j.retention_ttl_seconds IS NULL
-      AND j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
-      AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
-                                   coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+      AND {prune_after_last_batch}
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
 ),
-doomed AS (
-    SELECT j.id
-    FROM candidates AS c
-    JOIN {schema}.job AS j ON j.id = c.id
-    WHERE j.finished_at = c.finished_at
-    ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
-),
-deleted AS (
-    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
-)
-SELECT (SELECT count(*) FROM deleted) AS deleted,
-       (SELECT count(*) FROM candidates) AS candidates,
-       last.finished_at AS last_finished_at, last.id AS last_id
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
-                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true;
+{prune_batch_tail};
 
 -- name: prune_by_own_ttl
 -- Jobs with retention_ttl_seconds = %(ttl)s, past it: a range of
@@ -213,29 +215,11 @@ WITH candidates AS (
     WHERE j.retention_ttl_seconds = %(ttl)s
       AND j.finished_at IS NOT NULL
       AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
-      AND j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
-      AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
-                                   coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+      AND {prune_after_last_batch}
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
 ),
-doomed AS (
-    SELECT j.id
-    FROM candidates AS c
-    JOIN {schema}.job AS j ON j.id = c.id
-    WHERE j.finished_at = c.finished_at
-    ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
-),
-deleted AS (
-    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
-)
-SELECT (SELECT count(*) FROM deleted) AS deleted,
-       (SELECT count(*) FROM candidates) AS candidates,
-       last.finished_at AS last_finished_at, last.id AS last_id
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
-                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true;
+{prune_batch_tail};
 
 -- name: prune_by_count
 -- Jobs of one queue and status older than its newest %(keep)s: the first
@@ -260,29 +244,11 @@ candidates AS (
      AND j.finished_at IS NOT NULL
      AND j.finished_at <= b.finished_at
      AND (j.finished_at, j.id) <= (b.finished_at, b.id)
-     AND j.finished_at >= coalesce(%(after_finished_at)s::timestamptz, '-infinity')
-     AND (j.finished_at, j.id) > (coalesce(%(after_finished_at)s::timestamptz, '-infinity'),
-                                  coalesce(%(after_id)s::uuid, '00000000-0000-0000-0000-000000000000'::uuid))
+     AND {prune_after_last_batch}
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
 ),
-doomed AS (
-    SELECT j.id
-    FROM candidates AS c
-    JOIN {schema}.job AS j ON j.id = c.id
-    WHERE j.finished_at = c.finished_at
-    ORDER BY j.id
-    FOR UPDATE OF j SKIP LOCKED
-),
-deleted AS (
-    DELETE FROM {schema}.job AS j USING doomed WHERE j.id = doomed.id RETURNING j.id
-)
-SELECT (SELECT count(*) FROM deleted) AS deleted,
-       (SELECT count(*) FROM candidates) AS candidates,
-       last.finished_at AS last_finished_at, last.id AS last_id
-FROM (SELECT 1) AS one
-LEFT JOIN LATERAL (SELECT c.finished_at, c.id FROM candidates AS c
-                   ORDER BY c.finished_at DESC, c.id DESC LIMIT 1) AS last ON true;
+{prune_batch_tail};
 
 -- name: reap_workers
 -- Forgets worker instances not seen for ten heartbeats, and never sooner

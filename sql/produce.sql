@@ -32,7 +32,7 @@ entries AS (
         backoff_factor double precision, backoff_max_delay_seconds integer,
         backoff_jitter boolean, expire_in_seconds integer, retention_ttl_seconds integer,
         timeout_seconds integer, preferred_instance_key_pattern text,
-        idempotency_key text, singleton_key text, group_id text)
+        idempotency_key text, singleton_key text, group_id text, attrs jsonb)
 ),
 inserted AS (
     INSERT INTO {schema}.job AS j (
@@ -40,7 +40,7 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id)
+        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs)
     SELECT
         e.id, %(queue)s, e.payload, e.priority,
         now() + make_interval(secs => e.start_after_seconds),
@@ -61,7 +61,9 @@ inserted AS (
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id
+        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        -- the add span's trace context (portqueue.metrics.tracing), when tracing
+        coalesce(e.attrs, '{{}}'::jsonb)
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
@@ -73,9 +75,10 @@ inserted AS (
     ON CONFLICT DO NOTHING
     RETURNING j.id, j.status, j.start_after
 )
-SELECT 'added' AS outcome, id, status::text AS status, start_after FROM inserted
+-- id as text: the entry's own id (uuid7's canonical text) matches it as is.
+SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after FROM inserted
 UNION ALL
-SELECT 'paused', NULL::uuid, NULL::text, NULL::timestamptz FROM defaults WHERE paused = 'all';
+SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz FROM defaults WHERE paused = 'all';
 
 -- name: find_conflicts
 -- The rows that won against skipped entries: an idempotency key holds for as
@@ -104,9 +107,11 @@ defaults AS (
 ),
 inserted AS (
     INSERT INTO {schema}.schedule AS s (
-        id, queue, cron, tz, every_seconds, next_run_at, data, job_options, idempotency_key)
+        id, queue, cron, tz, every_seconds, next_run_at, data, job_options, idempotency_key,
+        misfire_grace_seconds)
     SELECT %(id)s, %(queue)s, %(cron)s, %(tz)s, %(every_seconds)s, %(next_run_at)s,
-           %(data)s::jsonb, %(job_options)s::jsonb, %(idempotency_key)s
+           %(data)s::jsonb, %(job_options)s::jsonb, %(idempotency_key)s,
+           %(misfire_grace_seconds)s
     WHERE NOT EXISTS (SELECT FROM defaults WHERE paused = 'all')
     ON CONFLICT DO NOTHING
     RETURNING s.id, s.next_run_at

@@ -62,7 +62,8 @@ SELECT count(*) AS total FROM {schema}.queue;
 
 -- name: schedule_page
 SELECT s.id, s.queue, s.cron, s.tz, s.every_seconds, s.next_run_at, s.last_run_at,
-       s.last_job_id, s.enabled, s.data::text AS data, s.idempotency_key, s.created_at
+       s.last_job_id, s.enabled, s.data::text AS data, s.idempotency_key, s.created_at,
+       s.misfire_grace_seconds
 FROM {schema}.schedule AS s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
   AND (%(enabled)s::boolean IS NULL OR s.enabled = %(enabled)s::boolean)

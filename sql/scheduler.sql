@@ -11,7 +11,8 @@
 -- scheduler can lock the row after it. Re-checked on the locked row version,
 -- so a schedule advanced by a scheduler that committed meanwhile is no longer
 -- due. now() is returned so the next tick is computed from the same clock.
-SELECT s.id, s.cron, s.tz, s.every_seconds, s.next_run_at, now() AS now
+SELECT s.id, s.cron, s.tz, s.every_seconds, s.next_run_at, s.misfire_grace_seconds,
+       now() AS now
 FROM {schema}.schedule AS s
 WHERE s.enabled AND s.next_run_at <= now()
 ORDER BY s.next_run_at
@@ -30,16 +31,18 @@ FOR UPDATE SKIP LOCKED;
 -- (the template's singleton key means "never two at once"), and the schedule
 -- still advances. Options resolve against the queue's current defaults
 -- exactly as add_jobs does. A queue paused with mode 'all' refuses adds, so
--- its ticks are skipped too (and reported as such).
+-- its ticks are skipped too (and reported as such). A tick the scheduler
+-- found past its schedule's misfire grace (spawn = false) only advances it.
 WITH ticks AS (
-    SELECT t.schedule_id, t.job_id, t.scheduled_for, t.next_run_at
+    SELECT t.schedule_id, t.job_id, t.scheduled_for, t.next_run_at, t.spawn
     FROM jsonb_to_recordset(%(ticks)s::jsonb) AS t (
-        schedule_id uuid, job_id uuid, scheduled_for timestamptz, next_run_at timestamptz)
+        schedule_id uuid, job_id uuid, scheduled_for timestamptz, next_run_at timestamptz,
+        spawn boolean)
 ),
 due AS (
     SELECT t.schedule_id, t.job_id, t.scheduled_for, s.queue, s.data, o.*
     FROM ticks AS t
-    JOIN {schema}.schedule AS s ON s.id = t.schedule_id
+    JOIN {schema}.schedule AS s ON s.id = t.schedule_id AND t.spawn
     CROSS JOIN LATERAL jsonb_to_record(s.job_options) AS o (
         priority integer, max_attempts integer, retry_delay_seconds integer,
         backoff_strategy text, backoff_factor double precision,

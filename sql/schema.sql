@@ -209,5 +209,16 @@ CREATE INDEX job_retention_ttl_idx ON "portqueue".job (retention_ttl_seconds, fi
 
 UPDATE portqueue.alembic_version SET version_num='0003' WHERE portqueue.alembic_version.version_num = '0002';
 
+-- Running upgrade 0003 -> 0004
+
+-- NULL (the default, and every schedule made before this revision): a tick
+-- missed while no scheduler ran is spawned once, however late. A number: a
+-- tick found more than that many seconds after its instant is skipped with
+-- the other missed ones, and the schedule moves on to its next tick.
+ALTER TABLE "portqueue".schedule
+    ADD COLUMN misfire_grace_seconds integer CHECK (misfire_grace_seconds > 0);
+
+UPDATE portqueue.alembic_version SET version_num='0004' WHERE portqueue.alembic_version.version_num = '0003';
+
 COMMIT;
 

@@ -100,11 +100,19 @@ RETURNING j.id, j.queue, j.status::text AS status, j.data::text AS data, j.attem
           j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
           j.backoff_max_delay_seconds, j.backoff_jitter, j.start_after,
           j.cancel_requested_at IS NOT NULL AS cancel_requested,
-          extract(epoch FROM now() - j.start_after)::double precision AS waited_seconds;
+          extract(epoch FROM now() - j.start_after)::double precision AS waited_seconds,
+          j.attrs ->> 'traceparent' AS traceparent;
 
 -- name: complete_jobs
 -- Fenced, batched completions. status is 'completed', or 'cancelled' for a
--- handler that returned after its cancel signal.
+-- handler that returned after its cancel signal. Entries may omit progress
+-- and attrs (NULL: nothing new to write).
+WITH d AS MATERIALIZED (
+    SELECT *
+    FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
+                                                    output jsonb, progress double precision,
+                                                    attrs jsonb)
+)
 UPDATE {schema}.job AS j
 SET status = d.status::{schema}.job_status,
     output = d.output,
@@ -112,11 +120,14 @@ SET status = d.status::{schema}.job_status,
     lease_expires_at = NULL,
     progress = coalesce(d.progress, j.progress),
     attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END
-FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
-                                                output jsonb, progress double precision,
-                                                attrs jsonb)
-WHERE j.id = d.id AND j.lease_token = d.lease_token AND j.status = 'active'
-RETURNING j.id;
+FROM d
+-- Pinned to the primary key, so a completion costs what it completes: the
+-- planner cannot size the recordset and would otherwise scan job_lease_idx
+-- (every running job, and every completed one not yet vacuumed away). The
+-- status is compared as text so that partial index's predicate cannot match.
+WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
+  AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
+RETURNING j.id::text AS id;
 
 -- name: fail_jobs
 -- Fenced, batched failures. The worker decides retry and delay (the job's
@@ -150,29 +161,7 @@ dead_letter AS (
     JOIN {schema}.queue AS q ON q.name = u.queue
     WHERE u.status = 'failed' AND q.dead_letter_queue IS NOT NULL
 ),
-dead_letter_queue AS (
-    INSERT INTO {schema}.queue (name)
-    SELECT DISTINCT dead_letter_queue FROM dead_letter
-    ON CONFLICT DO NOTHING
-),
-copied AS (
-    -- The copy is a job added to the dead-letter queue: it takes that queue's
-    -- declared retry, expiry and timeout, resolved as add_jobs resolves them.
-    INSERT INTO {schema}.job (
-        id, queue, data, priority, group_id, source_job_id,
-        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
-        backoff_max_delay_seconds, backoff_jitter, expire_in_seconds, expire_at,
-        timeout_seconds)
-    SELECT gen_random_uuid(), d.dead_letter_queue, d.data, d.priority, d.group_id, d.id,
-           coalesce(dq.max_attempts, 1), coalesce(dq.retry_delay_seconds, 0),
-           coalesce(dq.backoff_strategy, 'fixed'), coalesce(dq.backoff_factor, 2),
-           dq.backoff_max_delay_seconds, coalesce(dq.backoff_jitter, false),
-           dq.expire_in_seconds, now() + make_interval(secs => dq.expire_in_seconds),
-           dq.timeout_seconds
-    FROM dead_letter AS d
-    LEFT JOIN {schema}.queue AS dq ON dq.name = d.dead_letter_queue
-    RETURNING source_job_id
-)
+{dead_letter_copy}
 SELECT u.id, u.status::text AS status, (SELECT count(*) FROM copied) AS dead_lettered
 FROM updated AS u;
 
@@ -205,6 +194,15 @@ FROM jsonb_to_recordset(%(jobs)s::jsonb) AS r (id uuid, lease_token bigint)
 WHERE j.id = r.id AND j.lease_token = r.lease_token AND j.status = 'active'
 RETURNING j.id;
 
+-- name: end_sessions
+-- Stop: the sessions of sync handlers still holding a job.transaction()
+-- connection after their jobs were released or timed out. A thread cannot be
+-- interrupted, and closing a connection another thread may be using is not
+-- safe, so the server ends them: their transactions roll back and free their
+-- locks now, not whenever the stuck handler returns.
+SELECT pg_terminate_backend(pid) AS ended
+FROM unnest(%(pids)s::integer[]) AS pid;
+
 -- name: watch_job
 -- wait_for_job: ask for a finish notification, and read the status in the
 -- same statement. Either the job finishes after this commits (and its
@@ -214,3 +212,32 @@ UPDATE {schema}.job
 SET notify_finished = true
 WHERE id = %(job_id)s
 RETURNING id, finished_at IS NOT NULL AS finished;
+
+-- fragment: dead_letter_copy
+-- The CTEs that copy each row of a CTE named dead_letter (id, queue's
+-- dead_letter_queue, data, priority, group_id) to its dead-letter queue,
+-- with source_job_id naming the original, creating the queue row first if
+-- needed. Shared by fail_jobs and rescue_lapsed. The copy is a job added to
+-- the dead-letter queue: it takes that queue's declared retry, expiry and
+-- timeout, resolved as add_jobs resolves them.
+dead_letter_queue AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT DISTINCT dead_letter_queue FROM dead_letter
+    ON CONFLICT DO NOTHING
+),
+copied AS (
+    INSERT INTO {schema}.job (
+        id, queue, data, priority, group_id, source_job_id,
+        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
+        backoff_max_delay_seconds, backoff_jitter, expire_in_seconds, expire_at,
+        timeout_seconds)
+    SELECT gen_random_uuid(), d.dead_letter_queue, d.data, d.priority, d.group_id, d.id,
+           coalesce(dq.max_attempts, 1), coalesce(dq.retry_delay_seconds, 0),
+           coalesce(dq.backoff_strategy, 'fixed'), coalesce(dq.backoff_factor, 2),
+           dq.backoff_max_delay_seconds, coalesce(dq.backoff_jitter, false),
+           dq.expire_in_seconds, now() + make_interval(secs => dq.expire_in_seconds),
+           dq.timeout_seconds
+    FROM dead_letter AS d
+    LEFT JOIN {schema}.queue AS dq ON dq.name = d.dead_letter_queue
+    RETURNING source_job_id
+)

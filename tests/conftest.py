@@ -22,6 +22,15 @@ from tests.support.server import server_dsn
 TEST_SCHEMA = "pq_test"
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # PORTQUEUE_TEST_PGBOUNCER=1: every client through PgBouncer in transaction
+    # mode with poll_only=True (tests/pgbouncer/mode.py).
+    from tests.pgbouncer import mode
+
+    if mode.enabled():
+        config.pluginmanager.register(mode, "portqueue-pgbouncer")
+
+
 def _worker_name() -> str:
     return re.sub(r"\W", "_", os.environ.get("PYTEST_XDIST_WORKER", "main"))
 

@@ -58,6 +58,7 @@ def run_pass(
     *,
     schema: str = "portqueue",
     default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+    on_service: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
     """Run one pass of every maintenance service; returns how many rows each handled.
 
@@ -67,9 +68,11 @@ def run_pass(
     clients. A service another process is running right now is skipped (it
     reports 0): that process is doing the same work. Blocks; not for use
     inside a running event loop (await ``run_pass_async`` there).
+    ``on_service(name)`` is called as each service starts (the CLI's progress bar).
     """
     return asyncio.run(run_pass_async(
-        dsn, schema=schema, default_retention_seconds=default_retention_seconds))
+        dsn, schema=schema, default_retention_seconds=default_retention_seconds,
+        on_service=on_service))
 
 
 async def run_pass_async(
@@ -77,14 +80,22 @@ async def run_pass_async(
     *,
     schema: str = "portqueue",
     default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+    on_service: Callable[[str], None] | None = None,
 ) -> dict[str, int]:
     """``run_pass`` for asyncio code."""
+    # poll_only: a pass listens to nothing, and without server-side prepared
+    # statements its repeated statements (a lock per service, a prune per
+    # batch) also work through PgBouncer in transaction mode.
     settings = client_settings(
         dsn, schema=schema, instance_key=None, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
-        pool_min_size=1, pool_max_size=1, poll_only=False, application_name="portqueue",
+        pool_min_size=1, pool_max_size=1, poll_only=True, application_name="portqueue",
         default_retention_seconds=default_retention_seconds)
     async with AsyncConnectionPool(
             dsn, min_size=1, max_size=1, open=False, name="portqueue:maintenance",
             kwargs=settings.connection_kwargs("maintenance")) as pool:
-        return {service.name: await service.run_once()
-                for service in _maintenance(settings, pool)}
+        counts: dict[str, int] = {}
+        for service in _maintenance(settings, pool):
+            if on_service is not None:
+                on_service(service.name)
+            counts[service.name] = await service.run_once()
+        return counts

@@ -8,7 +8,10 @@ exactly once however many workers run it.
 
 from __future__ import annotations
 
+from typing import Any
+
 from portqueue.maintenance.service import BatchService, lock_key
+from portqueue.metrics import hooks
 from portqueue.queries import Query
 
 __all__ = ["Rescuer", "lock_key"]
@@ -24,3 +27,6 @@ class Rescuer(BatchService):
 
     def batch_query(self) -> Query:
         return self.q("rescue_lapsed", limit=self.batch_size)
+
+    def handled(self, rows: list[dict[str, Any]]) -> None:
+        hooks.jobs_rescued(row["queue"] for row in rows)

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from portqueue._testing import checkpoint
 from portqueue.driver import execute_async
 from portqueue.queries import Query
 from portqueue.settings import Settings
@@ -88,6 +89,9 @@ class BatchService(Service):
     def batch_query(self) -> Query:
         raise NotImplementedError
 
+    def handled(self, rows: list[dict[str, Any]]) -> None:
+        """The rows one committed batch returned (a subclass hook: metrics)."""
+
     async def run_once(self) -> int:
         """One pass, if no other process is running this service now."""
         total = 0
@@ -95,7 +99,13 @@ class BatchService(Service):
             async with self.pool.connection() as conn:
                 if not await self.begin(conn):
                     return total
+                # Pause points for the fault tests (a no-op otherwise): the
+                # batch's transaction is open, its lock held, before and after
+                # the statement.
+                await checkpoint(f"{self.name}.before_batch")
                 rows = await execute_async(conn, self.batch_query())
+                await checkpoint(f"{self.name}.after_batch")
+            self.handled(rows)
             total += len(rows)
             if len(rows) < self.batch_size:
                 return total

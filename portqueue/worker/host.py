@@ -13,6 +13,7 @@ import logging
 import queue
 import signal
 import threading
+from collections.abc import Coroutine
 from typing import Any
 
 from portqueue.errors import PortQueueError
@@ -27,6 +28,41 @@ def _fatal(worker: Worker) -> PortQueueError:
     return error
 
 
+# How long tasks still running when an async worker's main coroutine returns
+# get to end after a last cancel: the worker already gave its handlers
+# HANDLER_UNWIND_SECONDS, so what is left is ignoring cancellation.
+LEFTOVER_TASK_SECONDS = 1.0
+
+
+def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
+    """``asyncio.run(main)`` for a managed async worker, minus one trap: at the
+    end asyncio.run cancels the tasks still running and waits for every one of
+    them, so an async handler that swallows its cancellation would keep the
+    stopped worker's process alive for as long as it likes (forever, if it
+    loops). Here leftovers get LEFTOVER_TASK_SECONDS, then are abandoned with
+    a warning (the worker has released their jobs and closed their
+    connections), and the process goes on to exit."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_until_complete(main)
+    finally:
+        try:
+            leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            for task in leftovers:
+                task.cancel()
+            if leftovers:
+                loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TASK_SECONDS))
+            stuck = [task for task in leftovers if not task.done()]
+            if stuck:
+                log.warning("%d task(s) still running after the worker stopped (a handler "
+                            "ignoring its cancellation); exiting without them", len(stuck))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            asyncio.set_event_loop(None)
+            loop.close()
+
+
 class AsyncWorkerHost:
     def __init__(self, worker: Worker) -> None:
         self.worker = worker
@@ -38,12 +74,19 @@ class AsyncWorkerHost:
         await self.worker.stop(abort=abort)
 
     async def run(self) -> None:
-        await self.start()
         loop = asyncio.get_running_loop()
         finished = asyncio.Event()
         stopping: list[asyncio.Task[None]] = []
+        # Signals heard while the worker starts, acted on once it has: with
+        # the default action, a SIGTERM during a slow start-up would kill the
+        # process uncleanly (-15) instead of stopping it.
+        early: list[int] = []
+        started = False
 
         def on_signal(signum: int) -> None:
+            if not started:
+                early.append(signum)
+                return
             abort = signum == signal.SIGINT or bool(stopping)
             log.info("received %s: %s", signal.Signals(signum).name,
                      "aborting" if abort else "draining")
@@ -57,6 +100,10 @@ class AsyncWorkerHost:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, on_signal, signum)
         try:
+            await self.start()
+            started = True
+            for heard in early:
+                on_signal(heard)
             await finished.wait()
             if stopping:
                 await stopping[0]
@@ -127,8 +174,8 @@ class ThreadWorkerHost:
                 continue
 
     def run(self) -> None:
-        self.start()
         received: list[int] = []
+        aborted_while_starting: list[int] = []
 
         def on_signal(signum: int, frame: Any) -> None:
             # Counted here, not by _stopping: a second signal that arrives
@@ -136,19 +183,26 @@ class ThreadWorkerHost:
             # row) must still abort, not queue up behind the first unheard.
             if self._stopping or received:
                 log.info("received %s: aborting", signal.Signals(signum).name)
-                self.worker.request_abort()
+                if self._ready.is_set():
+                    self.worker.request_abort()
+                else:  # the worker has no loop yet: the stop below aborts
+                    aborted_while_starting.append(signum)
             else:
                 self._events.put(signum)
             received.append(signum)
 
+        # Set before the worker starts: with the default action, a SIGTERM
+        # during a slow start-up would kill the process uncleanly (-15)
+        # instead of stopping it once started.
         previous = {signum: signal.signal(signum, on_signal)
                     for signum in (signal.SIGTERM, signal.SIGINT)}
         try:
+            self.start()
             event = self._next_event()
             if event == "fatal":
                 self.stop(abort=True)
                 raise _fatal(self.worker)
-            abort = event == signal.SIGINT
+            abort = event == signal.SIGINT or bool(aborted_while_starting)
             log.info("received %s: %s", signal.Signals(int(event)).name,
                      "aborting" if abort else "draining")
             self.stop(abort=abort)

@@ -114,17 +114,23 @@ class Job(_JobFields):
         try:
             yield conn
         except BaseException:
-            conn.rollback()
+            if not conn.closed:  # a broken connection has nothing to roll back
+                conn.rollback()
             stack.close()
             raise
         self.open_transaction = conn
 
     def close_transaction(self, commit: bool) -> None:
-        if self.open_transaction is not None:
-            (self.open_transaction.commit if commit else self.open_transaction.rollback)()
-            self.open_transaction = None
-        if self._release is not None:
-            self._release.close()
+        conn, self.open_transaction = self.open_transaction, None
+        try:
+            # A broken connection has nothing to roll back (the server did when
+            # the session ended); a failed COMMIT raises, so the worker can ask
+            # the row whether it landed.
+            if conn is not None and (commit or not conn.closed):
+                (conn.commit if commit else conn.rollback)()
+        finally:
+            if self._release is not None:
+                self._release.close()
 
 
 class AsyncJob(_JobFields):
@@ -152,14 +158,18 @@ class AsyncJob(_JobFields):
         try:
             yield conn
         except BaseException:
-            await conn.rollback()
+            if not conn.closed:
+                await conn.rollback()
             await stack.aclose()
             raise
         self.open_transaction = conn
 
     async def close_transaction(self, commit: bool) -> None:
-        if self.open_transaction is not None:
-            await (self.open_transaction.commit if commit else self.open_transaction.rollback)()
-            self.open_transaction = None
-        if self._release is not None:
-            await self._release.aclose()
+        conn, self.open_transaction = self.open_transaction, None
+        try:
+            # As Job.close_transaction.
+            if conn is not None and (commit or not conn.closed):
+                await (conn.commit if commit else conn.rollback)()
+        finally:
+            if self._release is not None:
+                await self._release.aclose()

@@ -7,6 +7,8 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
 from portqueue import validation
 from portqueue.worker.backoff import retry_delay
 from portqueue.worker.state import Running
@@ -21,9 +23,16 @@ class Completion:
     output_json: str
 
     def as_json(self) -> str:
-        head = json.dumps({"id": self.running.claimed.id,
-                           "lease_token": self.running.claimed.lease_token,
-                           "status": self.status, **_last_report(self.running)})
+        report = _last_report(self.running)
+        claimed = self.running.claimed
+        if report["progress"] is None and report["attrs"] is None:
+            # The common case, written directly (it runs for every job): the
+            # id is a UUID's text, the token an int and the status a fixed
+            # word, none of which needs escaping; absent keys read as NULL.
+            return (f'{{"id":"{claimed.id}","lease_token":{claimed.lease_token},'
+                    f'"status":"{self.status}","output":{self.output_json}}}')
+        head = json.dumps({"id": claimed.id, "lease_token": claimed.lease_token,
+                           "status": self.status, **report})
         return f'{head[:-1]},"output":{self.output_json}}}'
 
 
@@ -63,7 +72,28 @@ class Settled:
     status: str = "completed"  # as written: "cancelled" if it returned after its cancel
 
 
-Outcome = Completion | Failure | Settled
+@dataclass(frozen=True)
+class Unsure:
+    """The handler's transaction sent COMMIT and lost its connection before the
+    reply: the completion may or may not have committed. The completer reads
+    the row (fenced by the lease token) to learn which, so a commit that landed
+    is neither run again nor reported as a lost lease."""
+
+    running: Running
+    completion: Completion
+    error: BaseException
+
+
+Outcome = Completion | Failure | Settled | Unsure
+
+
+def unsettled(running: Running, completing: Completion, exc: BaseException,
+              committing: bool) -> Failure | Unsure:
+    """The outcome of a transactional completion that raised: unknown when the
+    connection broke during COMMIT, else a plain failure (nothing committed)."""
+    if committing and isinstance(exc, psycopg.OperationalError):
+        return Unsure(running, completing, exc)
+    return failure(running, exc)
 
 
 def _clean(text: str) -> str:
@@ -87,7 +117,9 @@ def error_record(exc: BaseException, attempt: int) -> dict[str, Any]:
 
 def completion(running: Running, result: Any, max_output_bytes: int) -> Outcome:
     try:
-        output = validation.payload("output", result, max_output_bytes)
+        # Most handlers return nothing: skip encoding and checking None.
+        output = "null" if result is None else validation.payload(
+            "output", result, max_output_bytes)
     except ValueError as exc:
         return failure(running, exc)
     cancelled = running.state.reason == "cancelled"

@@ -23,10 +23,11 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -34,12 +35,23 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from portqueue import operations
-from portqueue.driver import execute_async, execute_sync
+from portqueue.availability import is_unavailable, session_lost
+from portqueue.driver import Rows, execute_async, execute_sync
 from portqueue.maintenance import maintenance_services, scheduler_services
+from portqueue.metrics import hooks
 from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.job import AsyncJob, Job, JobReport
-from portqueue.worker.outcomes import Completion, Failure, Outcome, Settled, completion, failure
+from portqueue.worker.outcomes import (
+    Completion,
+    Failure,
+    Outcome,
+    Settled,
+    Unsure,
+    completion,
+    failure,
+    unsettled,
+)
 from portqueue.worker.registry import QueueSpec, Registry
 from portqueue.worker.signal import SignalState
 from portqueue.worker.state import Claimed, Running
@@ -48,10 +60,35 @@ log = logging.getLogger("portqueue.worker")
 
 RECONNECT_MAX_SECONDS = 10.0
 HANDLER_UNWIND_SECONDS = 5.0
+# A LISTEN connection quiet this long is probed with SELECT 1, which must
+# answer within a third of it (psycopg then waits up to 5 s more for the
+# server to cancel it): a black-holed connection is replaced within about
+# 4/3 of this plus 5 s, instead of being waited on forever.
 LISTEN_HEALTH_SECONDS = 15.0
 
 
+async def _transactional(conn: psycopg.AsyncConnection[Any]) -> None:
+    """The worker pool's reset: every connection it lends is transactional,
+    whatever the borrower before switched. The maintenance services rely on
+    it (transaction-scoped advisory locks, SET LOCAL)."""
+    if not conn.closed and conn.autocommit:
+        await conn.set_autocommit(False)
+
+
+def _runner_task(loop: asyncio.AbstractEventLoop,
+                 coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A job's runner task. On Python 3.12+ it starts eagerly: a handler that
+    finishes without suspending (a fast one) completes right here, without a
+    trip through the loop's ready queue; one that suspends continues as any
+    task would."""
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coroutine, loop=loop, eager_start=True)
+    return loop.create_task(coroutine)
+
+
 class Worker:
+    """One process's worker for the queues given; built by a client's ``start()``/``run()``."""
+
     def __init__(
         self,
         settings: Settings,
@@ -62,6 +99,7 @@ class Worker:
         grace_seconds: float,
         maintenance: bool,
         scheduler: bool = True,
+        listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
     ) -> None:
         self.settings = settings
         self.registry = registry
@@ -70,6 +108,7 @@ class Worker:
         self.grace_seconds = grace_seconds
         self.maintenance_enabled = maintenance
         self.scheduler_enabled = scheduler
+        self.listen_check_seconds = listen_check_seconds
         self.id = str(uuid.uuid4())
         self.q = settings.queries
         self.running: dict[str, Running] = {}
@@ -82,12 +121,18 @@ class Worker:
         self._backlog = False
         self._background: set[asyncio.Task[None]] = set()
         # Async handler calls still running, including ones past their timeout.
-        self._async_calls: set[asyncio.Future[Outcome]] = set()
+        self._async_calls: set[asyncio.Future[Any]] = set()
         self.fatal: BaseException | None = None
         self.on_fatal: Callable[[], None] = lambda: None
         self._sync_pool: ConnectionPool | None = None
         self._sync_pool_lock = threading.Lock()
         self._handler_pool: AsyncConnectionPool | None = None
+        # Connections async handlers hold now (job.transaction()): closed at
+        # stop if their handler refuses to end (see _cancel_async_handlers).
+        self._handler_connections: set[psycopg.AsyncConnection[Any]] = set()
+        # Server pids of the connections sync handlers hold now (same reason;
+        # see _end_stuck_sync_sessions). Guarded by _sync_pool_lock.
+        self._sync_handler_pids: set[int] = set()
         self.lease_seconds_min = min(spec.lease_seconds for spec in self.queues.values())
 
     # --- life cycle ---
@@ -112,7 +157,7 @@ class Worker:
         self.pool = AsyncConnectionPool(
             # Claims, the completer, event reads and the maintenance services;
             # handlers never use it, so none of these can be starved by them.
-            self.settings.dsn, min_size=2, max_size=8, open=False,
+            self.settings.dsn, min_size=2, max_size=8, open=False, reset=_transactional,
             kwargs=self.settings.connection_kwargs("worker"), name="portqueue:worker")
         await self.pool.open(wait=True, timeout=30)
         await self._execute(*[self.q("upsert_queue", **spec.queue_row())
@@ -171,6 +216,7 @@ class Worker:
             pass
         await self._drain()
         await self._cancel_async_handlers()
+        await self._end_stuck_sync_sessions()
         # The completer finishes what it is writing and everything queued,
         # then exits: cancelling it mid-write would lose finished outcomes.
         self._closing = True
@@ -218,6 +264,31 @@ class Worker:
             call.cancel()
         if calls:
             await asyncio.wait(calls, timeout=HANDLER_UNWIND_SECONDS)
+        stuck = [call for call in calls if not call.done()]
+        if stuck:
+            # A handler that swallows its cancellation keeps running, and the
+            # pool will not close a connection in use: close its connections
+            # here, so the server rolls its transaction back and frees its
+            # locks now, not when the process exits (or never, in-process).
+            log.warning("worker %s: %d async handler(s) ignored cancellation; closing "
+                        "%d connection(s) they hold", self.id, len(stuck),
+                        len(self._handler_connections))
+            for conn in list(self._handler_connections):
+                await conn.close()
+
+    async def _end_stuck_sync_sessions(self) -> None:
+        """Sync handlers still holding a job.transaction() connection now
+        (their jobs released or timed out) are stuck where no signal reaches:
+        the server ends their sessions (see end_sessions in sql/worker.sql)."""
+        with self._sync_pool_lock:
+            pids = sorted(self._sync_handler_pids)
+        # Behind PgBouncer (poll_only) a connection's backend pid is not the
+        # server session's, and ending it could end someone else's session.
+        if pids and not self.settings.poll_only:
+            log.warning("worker %s: %d sync handler(s) still hold a connection; ending "
+                        "their sessions", self.id, len(pids))
+            with contextlib.suppress(psycopg.Error):
+                await self._execute(self.q("end_sessions", pids=pids))
 
     async def _release_running(self) -> None:
         released = [r for r in self.running.values() if not r.settled]
@@ -234,7 +305,28 @@ class Worker:
     async def _execute(self, *queries: Query) -> list[list[dict[str, Any]]]:
         """Run queries in one transaction on a worker connection (never a handler's)."""
         async with self.pool.connection() as conn:
+            if len(queries) == 1:
+                return [await self._execute_alone(conn, queries[0])]
             return [await execute_async(conn, query) for query in queries]
+
+    @staticmethod
+    async def _execute_alone(conn: psycopg.AsyncConnection[Any], query: Query) -> Rows:
+        """One statement in autocommit: one round trip instead of BEGIN, the
+        statement, COMMIT (claims and completions are single statements, and
+        their latency is the worker's). The pool's reset (``_transactional``)
+        switches it back when the connection is returned."""
+        await conn.set_autocommit(True)
+        return await execute_async(conn, query)
+
+    async def _check_pool_after(self, error: BaseException) -> bool:
+        """After a restart, a failover or terminated sessions, the pool's idle
+        connections are dead too, and each would fail the next claim or write
+        (and add a backoff step) in turn: test them all now, once, instead.
+        True when ``error`` ended a session (worth retrying at once)."""
+        if is_unavailable(error):
+            with contextlib.suppress(Exception):
+                await self.pool.check()
+        return session_lost(error)
 
     async def _connect(self, role: str) -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(
@@ -252,6 +344,7 @@ class Worker:
 
     async def _fetch_loop(self) -> None:
         failures = 0
+        retried_at_once = False
         while not self._stopping:
             self._wake.clear()
             free = self._free_slots()
@@ -264,10 +357,19 @@ class Worker:
                         claimed, claimed_per_queue = await self._claim(free)
                         for row in claimed:
                             self._start(row)
+                        if claimed:
+                            # One event (and one snapshot read) per claim, not per job.
+                            self._emit_later("job_started", [c.id for c in claimed])
                     failures = 0
+                    retried_at_once = False
                 except psycopg.Error as exc:
-                    failures += 1
-                    delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                    # A session that was ended (a restart, a failover) is
+                    # retried at once, on a checked pool, not backed off as
+                    # if the database were still refusing: once in a row.
+                    at_once = await self._check_pool_after(exc) and not retried_at_once
+                    retried_at_once = at_once
+                    failures += 0 if at_once else 1
+                    delay = 0.05 if at_once else min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
                     log.warning("worker %s: claim failed (%s); retrying in %.1fs",
                                 self.id, exc, delay)
                     await self._sleep_or_stop(delay)
@@ -310,10 +412,14 @@ class Worker:
         running = Running(claimed, spec, state, JobReport(self._touch_soon))
         self.running[claimed.id] = running
         self._per_queue[claimed.queue] += 1
-        task = asyncio.create_task(self._run(running), name=f"portqueue-job-{claimed.id}")
+        task = _runner_task(self.loop, self._run(running))
         self._runners.add(task)
         task.add_done_callback(self._runners.discard)
-        self._emit_later("job_started", [claimed.id])
+        if spec.is_async and self._timeout(running) is None:
+            # Runs its handler in its own task (see _call_with_timeout): the
+            # task is the call stop() cancels if it outlives the drain.
+            self._async_calls.add(task)
+            task.add_done_callback(self._async_calls.discard)
 
     def _touch_soon(self) -> None:
         self.loop.call_soon_threadsafe(self._touch_now.set)
@@ -335,7 +441,21 @@ class Worker:
             self._outcomes.append(outcome)
             self._outcome_ready.set()
 
+    @staticmethod
+    def _timeout(running: Running) -> int | None:
+        # The job's own timeout, else this worker's declared one: a job added
+        # before any worker wrote the queue's defaults stored none, and would
+        # otherwise run unbounded under a handler declared with a timeout.
+        return running.claimed.timeout_seconds or running.spec.timeout_seconds
+
     async def _call_with_timeout(self, running: Running) -> Outcome | None:
+        timeout = self._timeout(running)
+        if timeout is None:
+            # Nothing to enforce: the handler runs in the runner's own task,
+            # sparing a second task and a wait per job on the hot path.
+            if running.spec.is_async:
+                return await self._invoke_async(running)
+            return await self.loop.run_in_executor(self._threads, self._invoke_sync, running)
         if running.spec.is_async:
             call: asyncio.Future[Outcome] = asyncio.ensure_future(self._invoke_async(running))
             self._async_calls.add(call)
@@ -343,10 +463,6 @@ class Worker:
         else:
             call = asyncio.ensure_future(self.loop.run_in_executor(
                 self._threads, self._invoke_sync, running))
-        # The job's own timeout, else this worker's declared one: a job added
-        # before any worker wrote the queue's defaults stored none, and would
-        # otherwise run unbounded under a handler declared with a timeout.
-        timeout = running.claimed.timeout_seconds or running.spec.timeout_seconds
         done, _ = await asyncio.wait({call}, timeout=timeout)
         if call in done:
             return call.result()
@@ -385,7 +501,8 @@ class Worker:
         job = Job(connect=self._sync_connection, **self._job_fields(running))
         running.job = job
         try:
-            result = running.spec.handler(job)
+            with hooks.running(running.claimed):  # the run span, when tracing
+                result = running.spec.handler(job)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never left active
             job.close_transaction(commit=False)
             return failure(running, exc)
@@ -393,19 +510,21 @@ class Worker:
         if job.open_transaction is None or not isinstance(outcome, Completion):
             job.close_transaction(commit=False)
             return outcome
+        rows = []
         try:
             rows = execute_sync(job.open_transaction, self._complete_query([outcome]))
             job.close_transaction(commit=bool(rows))
         except BaseException as exc:
             job.close_transaction(commit=False)
-            return failure(running, exc)
+            return unsettled(running, outcome, exc, committing=bool(rows))
         return Settled(running, completed=bool(rows), status=outcome.status)
 
     async def _invoke_async(self, running: Running) -> Outcome:
         job = AsyncJob(connect=self._async_connection, **self._job_fields(running))
         running.job = job
         try:
-            result = await running.spec.handler(job)
+            with hooks.running(running.claimed):
+                result = await running.spec.handler(job)
         except BaseException as exc:  # CancelledError included: recorded, never left active
             await job.close_transaction(commit=False)
             return failure(running, exc)
@@ -413,12 +532,13 @@ class Worker:
         if job.open_transaction is None or not isinstance(outcome, Completion):
             await job.close_transaction(commit=False)
             return outcome
+        rows = []
         try:
             rows = await execute_async(job.open_transaction, self._complete_query([outcome]))
             await job.close_transaction(commit=bool(rows))
         except BaseException as exc:
             await job.close_transaction(commit=False)
-            return failure(running, exc)
+            return unsettled(running, outcome, exc, committing=bool(rows))
         return Settled(running, completed=bool(rows), status=outcome.status)
 
     def _sync_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
@@ -430,8 +550,21 @@ class Worker:
                 self._sync_pool = ConnectionPool(
                     self.settings.dsn, min_size=0, max_size=self.settings.pool_max_size,
                     kwargs=self.settings.connection_kwargs("handler"), name="portqueue:handler",
-                    open=True)
-        return self._sync_pool.connection()
+                    open=True, check=ConnectionPool.check_connection)
+        return self._tracked_sync_connection(self._sync_pool)
+
+    @contextlib.contextmanager
+    def _tracked_sync_connection(self, pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
+        """A sync handler's connection, its server pid known while checked out."""
+        with pool.connection() as conn:
+            pid = conn.info.backend_pid
+            with self._sync_pool_lock:
+                self._sync_handler_pids.add(pid)
+            try:
+                yield conn
+            finally:
+                with self._sync_pool_lock:
+                    self._sync_handler_pids.discard(pid)
 
     def _async_connection(
         self,
@@ -444,10 +577,18 @@ class Worker:
             self._handler_pool = AsyncConnectionPool(
                 self.settings.dsn, min_size=0, max_size=self.settings.pool_max_size,
                 open=False, kwargs=self.settings.connection_kwargs("handler"),
-                name="portqueue:handler")
+                name="portqueue:handler",
+                # Checked on checkout (one empty query): after a restart or a
+                # failover a pooled connection is dead, and handing it to a
+                # handler would fail its attempt and run it again.
+                check=AsyncConnectionPool.check_connection)
             await self._handler_pool.open()
         async with self._handler_pool.connection() as conn:
-            yield conn
+            self._handler_connections.add(conn)
+            try:
+                yield conn
+            finally:
+                self._handler_connections.discard(conn)
 
     # --- completer ---
 
@@ -467,12 +608,13 @@ class Worker:
         Outcomes arriving during a write go in the next one, so batches grow
         with load while an idle worker writes each outcome at once."""
         failures = 0
+        retried_at_once = False
         while self._outcomes:
             batch, self._outcomes = self._outcomes, []
             try:
                 await self._write_isolating(batch)
                 failures = 0
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:  # only retryable ones leave _write_isolating
                 failures += 1
                 if self._closing and failures > 5:
                     # Shutting down with no database: the leases will lapse
@@ -481,7 +623,10 @@ class Worker:
                               len(batch), exc)
                     return
                 self._outcomes = batch + self._outcomes
-                delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                # As in the fetcher: an ended session is retried at once.
+                at_once = await self._check_pool_after(exc) and not retried_at_once
+                retried_at_once = at_once
+                delay = 0.05 if at_once else min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
                 log.warning("worker %s: writing %d outcome(s) failed (%s); retrying in %.1fs",
                             self.id, len(batch), exc, delay)
                 await asyncio.sleep(delay)
@@ -493,9 +638,9 @@ class Worker:
         rescuer hands the job out again."""
         try:
             await self._write(batch)
-        except psycopg.OperationalError:
-            raise
         except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) or is_unavailable(exc):
+                raise  # the database, not the outcome: retried whole (read-only too)
             if len(batch) == 1:
                 claimed = batch[0].running.claimed
                 log.error("job %s on %r: the database refused its outcome (%s); it will be "
@@ -506,6 +651,7 @@ class Worker:
             await self._write_isolating(batch[middle:])
 
     async def _write(self, batch: list[Outcome]) -> None:
+        batch = await self._resolve_unsure(batch)
         completions = [o for o in batch if isinstance(o, Completion)]
         failures = [o for o in batch if isinstance(o, Failure)]
         queries = []
@@ -518,7 +664,40 @@ class Worker:
         written = {str(row["id"]) for rows in results for row in rows}
         written.update(
             o.running.claimed.id for o in batch if isinstance(o, Settled) and o.completed)
+        missing = [c for c in completions if c.running.claimed.id not in written]
+        if missing:
+            # A retried batch whose first COMMIT landed unanswered finds its
+            # rows already completed by the same lease token: written, not lost.
+            statuses = await self._settled_by_lease(missing)
+            written.update(c.running.claimed.id for c in missing
+                           if statuses.get(c.running.claimed.id) == c.status)
         self._report(batch, written)
+
+    async def _settled_by_lease(self, outcomes: list[Completion] | list[Unsure]) -> dict[str, str]:
+        """The status of each job whose row still holds the outcome's lease token."""
+        payload = [{"id": o.running.claimed.id, "lease_token": o.running.claimed.lease_token}
+                   for o in outcomes]
+        (rows,) = await self._execute(self.q("settled_by_lease", jobs=json.dumps(payload)))
+        return {str(row["id"]): row["status"] for row in rows}
+
+    async def _resolve_unsure(self, batch: list[Outcome]) -> list[Outcome]:
+        """Turn each unanswered transactional COMMIT into what happened: the
+        completion landed (settled), it did not (the attempt failed, nothing
+        of it written), or the lease was lost meanwhile."""
+        unsure = [o for o in batch if isinstance(o, Unsure)]
+        if not unsure:
+            return batch
+        statuses = await self._settled_by_lease(unsure)
+        resolved: list[Outcome] = [o for o in batch if not isinstance(o, Unsure)]
+        for outcome in unsure:
+            status = statuses.get(outcome.running.claimed.id)
+            if status == "active":
+                resolved.append(failure(outcome.running, outcome.error))
+            else:
+                landed = status == outcome.completion.status
+                resolved.append(Settled(outcome.running, completed=landed,
+                                        status=outcome.completion.status))
+        return resolved
 
     def _report(self, batch: list[Outcome], written: set[str]) -> None:
         events: dict[str, list[str]] = {}
@@ -567,8 +746,16 @@ class Worker:
 
     async def _emit(self, event: str, callbacks: list[Callable[..., Any]], job_ids: list[str],
                     errors: Mapping[str, dict[str, Any]]) -> None:
-        async with self.pool.connection() as conn:
-            rows = await execute_async(conn, self.q("jobs_by_id", job_ids=job_ids))
+        try:
+            async with self.pool.connection() as conn:
+                rows = await execute_async(conn, self.q("jobs_by_id", job_ids=job_ids))
+        except psycopg.Error as exc:
+            # The connection broke under the snapshot read: the jobs' outcomes
+            # are written, only their callbacks are missed; say so rather
+            # than leave an unretrieved task exception.
+            log.warning("worker %s: %s callbacks skipped for %d job(s): %s", self.id, event,
+                        len(job_ids), exc)
+            return
         for row in rows:
             snapshot = operations.job_snapshot(row)
             args: tuple[Any, ...] = (snapshot,)
@@ -677,7 +864,7 @@ class Worker:
         # Jobs added while no connection listened: look now.
         self._wake.set()
         while True:
-            async for notify in conn.notifies(timeout=LISTEN_HEALTH_SECONDS):
+            async for notify in conn.notifies(timeout=self.listen_check_seconds):
                 if notify.channel == self.q.job_channel:
                     if notify.payload in self.queues:
                         self._wake.set()
@@ -687,4 +874,8 @@ class Worker:
                         running.state.set("cancelled")
             # Quiet for a while: prove the connection still answers, so a
             # silently dropped one is replaced instead of waited on forever.
-            await asyncio.wait_for(conn.execute("SELECT 1"), LISTEN_HEALTH_SECONDS / 3)
+            try:
+                await asyncio.wait_for(conn.execute("SELECT 1"), self.listen_check_seconds / 3)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(
+                    f"no answer to SELECT 1 within {self.listen_check_seconds / 3:.1f}s") from None

@@ -17,34 +17,44 @@ Reason = Literal["cancelled", "timeout", "lease_lost", "shutdown"]
 
 class SignalState:
     def __init__(self) -> None:
-        self._event = threading.Event()
         self._lock = threading.Lock()
+        # Made by the first blocking wait: one state per job runs, and most
+        # are never waited on (a threading.Event costs a Condition each).
+        self._event: threading.Event | None = None
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.reason: Reason | None = None
 
     def set(self, reason: Reason) -> bool:
         """Set the signal; False if it was set already (the first reason stays)."""
         with self._lock:
-            if self._event.is_set():
+            if self.reason is not None:
                 return False
             self.reason = reason
-            self._event.set()
+            event = self._event
             waiters, self._waiters = self._waiters, []
+        if event is not None:
+            event.set()
         for loop, future in waiters:
             loop.call_soon_threadsafe(_resolve, future)
         return True
 
     def is_set(self) -> bool:
-        return self._event.is_set()
+        return self.reason is not None
 
     def wait_blocking(self, timeout: float | None) -> bool:
-        return self._event.wait(timeout)
+        with self._lock:
+            if self.reason is not None:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     async def wait_async(self) -> None:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._lock:
-            if self._event.is_set():
+            if self.reason is not None:
                 return
             self._waiters.append((loop, future))
         await future

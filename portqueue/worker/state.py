@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,9 +24,19 @@ class Claimed:
     group_id: str | None
     lease_token: int
     timeout_seconds: int | None
-    retry: RetryPolicy
     cancel_requested: bool
     waited_seconds: float
+    # The claim's row: its retry columns are decoded only when an attempt
+    # fails (see ``retry``), not for every job claimed.
+    row: Mapping[str, Any] = field(repr=False, compare=False)
+    # The add span's trace context: the run span's parent (portqueue.metrics).
+    traceparent: str | None = None
+
+    @functools.cached_property
+    def retry(self) -> RetryPolicy:
+        retry = retry_policy_of(dict(self.row))
+        assert retry is not None, "a job always has max_attempts"
+        return retry
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Claimed:
@@ -37,16 +49,11 @@ class Claimed:
             group_id=row["group_id"],
             lease_token=row["lease_token"],
             timeout_seconds=row["timeout_seconds"],
-            retry=_claimed_retry(row),
             cancel_requested=row["cancel_requested"],
             waited_seconds=row["waited_seconds"],
+            row=row,
+            traceparent=row.get("traceparent"),
         )
-
-
-def _claimed_retry(row: dict[str, Any]) -> RetryPolicy:
-    retry = retry_policy_of(row)
-    assert retry is not None, "a job always has max_attempts"
-    return retry
 
 
 @dataclass(eq=False)

@@ -2,7 +2,8 @@
 
 Settings come from the environment the harness passes (``PORTQUEUE_DSN``,
 ``PORTQUEUE_SCHEMA``, ``FAULT_LEASE_SECONDS``, ``FAULT_CONCURRENCY``,
-``FAULT_DEAD_LETTER_QUEUE``).
+``FAULT_DEAD_LETTER_QUEUE``, ``FAULT_POOL_MAX_SIZE``: the client's pool, which
+also sizes the handlers' ``job.transaction()`` pool).
 
 The handler of the ``faults`` queue:
 
@@ -43,7 +44,7 @@ pq = PortQueue(
     os.environ["PORTQUEUE_DSN"],
     schema=os.environ.get("PORTQUEUE_SCHEMA", "portqueue"),
     pool_min_size=0,
-    pool_max_size=4,
+    pool_max_size=int(os.environ.get("FAULT_POOL_MAX_SIZE", "4")),
 )
 
 # The ledger's own connections, never the job's: autocommit, so a row is

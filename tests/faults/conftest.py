@@ -10,7 +10,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from portqueue.embedded import EmbeddedUnavailable
 from tests.faults.harness import Figures, Fleet, reset_ledger
+from tests.faults.owned_server import OwnedServer
+from tests.faults.proxy import Proxy, Upstream
 
 
 @pytest.fixture
@@ -45,3 +48,29 @@ def report(request: pytest.FixtureRequest) -> Iterator[Any]:
     yield add
     for line in lines:
         print(line)
+
+
+@pytest.fixture
+def proxy(pg_dsn: str) -> Iterator[Proxy]:
+    """A TCP proxy in front of the test server (see ``proxy.py``); connect
+    through ``proxy.dsn(pg_dsn)``. Closed, with every link, after the test."""
+    running = Proxy(Upstream.from_dsn(pg_dsn))
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def owned_server() -> Iterator[OwnedServer]:
+    """A started PostgreSQL of this test's own, to stop and restart at will
+    (skipped without the ``embedded`` extra, whose binaries it runs)."""
+    try:
+        server = OwnedServer()
+    except EmbeddedUnavailable as exc:
+        pytest.skip(str(exc))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()

@@ -17,11 +17,13 @@ condition polled until a deadline.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from portqueue import PortQueue
+from portqueue.worker.job import Job
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.waiting import wait_until
 
@@ -147,17 +150,19 @@ class Fleet:
     def worker(self, *args: str, lease_seconds: int = 2, concurrency: int = 4,
                maintenance: bool = True, poll_interval: float = 0.5,
                grace_seconds: float = 30.0, ready: bool = True,
-               module: str | None = None, dead_letter_queue: str = "") -> Proc:
+               module: str | None = None, dead_letter_queue: str = "",
+               app: str = APP, **env: str) -> Proc:
         """``portqueue worker tests.faults.app:pq`` (or ``python -m module worker
-        …``, a wrapper with test hooks); with ``ready``, returns once the worker
-        has registered (its row is in the worker table)."""
+        …``, a wrapper with test hooks; or another ``app``, with ``env`` added to
+        its environment); with ``ready``, returns once the worker has registered
+        (its row is in the worker table)."""
         command = cli_command() if module is None else [sys.executable, "-m", module]
-        argv = [*command, "worker", APP, "--no-scheduler",
+        argv = [*command, "worker", app, "--no-scheduler",
                 "--poll-interval", str(poll_interval), "--grace-seconds", str(grace_seconds),
                 *([] if maintenance else ["--no-maintenance"]), *args]
         proc = self._spawn("worker", argv, self.env(
             FAULT_LEASE_SECONDS=str(lease_seconds), FAULT_CONCURRENCY=str(concurrency),
-            FAULT_DEAD_LETTER_QUEUE=dead_letter_queue))
+            FAULT_DEAD_LETTER_QUEUE=dead_letter_queue, **env))
         if ready:
             self.wait_registered(proc)
         return proc
@@ -380,3 +385,32 @@ def assert_nothing_lost(
         lost=len(lost),
     )
 
+
+
+# --- an in-process handler, for workers a test runs in its own process ---
+
+
+def ledger_handler(ledger_dsn: str) -> Callable[[Job], dict[str, Any]]:
+    """A handler doing what ``app.py``'s does for a plain job (``{"sleep": S}``
+    honoured), for a worker started in the test process: a ``claimed`` ledger
+    row on a connection of its own to ``ledger_dsn`` (never the job's, never
+    through a proxy under test), the effect through ``job.transaction()``,
+    then ``returning``; returns ``{"pid", "attempt"}``."""
+    def record(job: Job, event: str) -> None:
+        with psycopg.connect(ledger_dsn, autocommit=True,
+                             application_name="faults:ledger") as conn:
+            conn.execute("INSERT INTO faults.ledger (job_id, attempt, pid, event) "
+                         "VALUES (%s, %s, %s, %s)", (job.id, job.attempt, os.getpid(), event))
+
+    def handle(job: Job) -> dict[str, Any]:
+        record(job, "claimed")
+        data = job.data if isinstance(job.data, dict) else {}
+        if data.get("sleep"):
+            time.sleep(float(data["sleep"]))
+        with job.transaction() as conn:
+            conn.execute("INSERT INTO faults.effect (job_id, attempt, pid) VALUES (%s, %s, %s)",
+                         (job.id, job.attempt, os.getpid()))
+        record(job, "returning")
+        return {"pid": os.getpid(), "attempt": job.attempt}
+
+    return handle

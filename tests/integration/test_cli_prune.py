@@ -12,6 +12,7 @@ from psycopg import sql
 from portqueue import PortQueue
 from tests.conftest import count_jobs
 from tests.migrations.conftest import cli_command, cli_env
+from tests.support.cli import run_on_terminal
 
 
 def test_prune_removes_jobs_past_retention_and_prints_the_counts(
@@ -35,3 +36,12 @@ def test_prune_without_a_database_is_a_usage_error() -> None:
     result = subprocess.run([*cli_command(), "prune"], env=cli_env(), capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 2 and "--dsn" in result.stderr
+
+
+def test_prune_shows_a_progress_bar_on_a_terminal(pg_dsn: str, schema: str) -> None:
+    env = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema, TERM="xterm", COLUMNS="120")
+    code, stdout, terminal = run_on_terminal([*cli_command(), "prune"], env)
+    assert code == 0, terminal
+    assert "finished jobs pruned: 0" in stdout
+    # One step per maintenance service; the last one shown is the reaper's.
+    assert "forgetting dead workers" in terminal and "4/4" in terminal

@@ -246,6 +246,9 @@ def test_one_pruner_acts_at_a_time(db: Db, pg_dsn: str, schema: str) -> None:
         other.execute("SELECT pg_advisory_lock(%s)", [lock_key(schema, "pruner")])
         assert prune(pg_dsn, schema)[1] == 0, "another process holds the pruner's lock"
         assert remaining(db, schema, ids) == set(ids)
+        # Released here, not by closing: a closed session's backend frees its
+        # locks a moment later, and a fast next pass would still see them.
+        other.execute("SELECT pg_advisory_unlock(%s)", [lock_key(schema, "pruner")])
     assert prune(pg_dsn, schema)[1] == 5
 
 
@@ -309,6 +312,32 @@ def test_run_pass_reports_what_each_service_did(
     assert run_pass(pg_dsn, schema=schema) == {
         "rescuer": 0, "expirer": 0, "pruner": 0, "reaper": 0}
     assert run_pass(pg_dsn, schema=schema, default_retention_seconds=0)["pruner"] == 1
+
+
+def test_a_rescued_job_out_of_attempts_goes_to_the_dead_letter_queue_with_its_defaults(
+    pq: PortQueue, db: Db, pg_dsn: str, schema: str
+) -> None:
+    """The rescuer's dead-letter copy is the same as a worker's (fail_jobs): a
+    job added to the dead-letter queue, with that queue's declared defaults."""
+    set_queue(db, schema, "fragile", "dead_letter_queue = 'fragile-dead'")
+    set_queue(db, schema, "fragile-dead",
+              "max_attempts = 4, retry_delay_seconds = 7, timeout_seconds = 30")
+    spent = pq.add_job(queue="fragile", data={"n": 1}, priority=3, group_id="g").job_id
+    assert spent
+    update_job(db, schema, spent, "status = 'active', attempt = 1, lease_token = 1, "
+               "lease_expires_at = now() - interval '1 s', started_at = now()")
+
+    assert run_pass(pg_dsn, schema=schema)["rescuer"] == 1
+    assert job_row(db, schema, spent)["status"] == "failed"
+    (copy,) = db.execute(sql.SQL("SELECT * FROM {} WHERE source_job_id = %s").format(
+        sql.Identifier(schema, "job")), [spent]).fetchall()
+    columns = [c.name for c in db.execute(sql.SQL("SELECT * FROM {} LIMIT 0").format(
+        sql.Identifier(schema, "job"))).description or []]
+    row = dict(zip(columns, copy, strict=True))
+    assert (row["queue"], row["status"], row["data"], row["priority"], row["group_id"]) == (
+        "fragile-dead", "pending", {"n": 1}, 3, "g")
+    assert (row["max_attempts"], row["retry_delay_seconds"], row["timeout_seconds"]) == (
+        4, 7, 30)
 
 
 RUN_PASSES = """

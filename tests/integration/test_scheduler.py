@@ -174,6 +174,46 @@ def test_ten_minute_outage_spawns_one_job_on_resume(
     assert len(spawned_jobs(db, schema, added.schedule_id)) == 1
 
 
+@pytest.mark.parametrize("mode", [{"start_every_seconds": 60}, {"cron": "* * * * *"}],
+                         ids=["interval", "cron"])
+def test_a_misfire_grace_skips_a_tick_found_too_late(
+    pq: PortQueue, db: Db, pg_dsn: str, schema: str, mode: dict[str, Any]
+) -> None:
+    added = pq.add_job(queue="minutely", data={},
+                       schedule={**mode, "misfire_grace_seconds": 30})
+    assert added.schedule_id
+    (info,) = pq.get_schedules(queue="minutely").items
+    assert info.misfire_grace_seconds == 30
+    make_due(db, schema, added.schedule_id, "10 minutes")
+
+    assert spawn(pg_dsn, schema) == 0, "ten minutes late is past a 30 s grace"
+    assert spawned_jobs(db, schema, added.schedule_id) == []
+    now = db_now(db)
+    row = schedule_row(db, schema, added.schedule_id)
+    assert now < row["next_run_at"] <= now + timedelta(minutes=1), "moved to the next tick"
+    assert row["last_job_id"] is None
+
+    # Within the grace, the tick is spawned as usual.
+    tick = make_due(db, schema, added.schedule_id, "10 seconds")
+    assert spawn(pg_dsn, schema) == 1
+    (job,) = spawned_jobs(db, schema, added.schedule_id)
+    assert job["scheduled_for"] == tick
+
+
+@pytest.mark.parametrize("schedule", [
+    {"start_every_seconds": 60, "misfire_grace_seconds": 0},
+    {"start_every_seconds": 60, "misfire_grace_seconds": -5},
+    {"start_every_seconds": 60, "misfire_grace_seconds": 1.5},
+    {"start_after_seconds": 60, "misfire_grace_seconds": 30},
+], ids=["zero", "negative", "float", "one-off"])
+def test_a_bad_misfire_grace_is_refused_before_anything_is_written(
+    pq: PortQueue, db: Db, schema: str, schedule: dict[str, Any]
+) -> None:
+    with pytest.raises(ValueError, match=r"schedule\.misfire_grace_seconds"):
+        pq.add_job(queue="minutely", data={}, schedule=schedule)
+    assert count_rows(db, schema, "schedule") == 0 and count_rows(db, schema, "job") == 0
+
+
 def test_a_late_spawn_still_gets_its_whole_expiry_window(
     pq: PortQueue, db: Db, pg_dsn: str, schema: str
 ) -> None:

@@ -21,6 +21,7 @@ from tests.support.workers import (
     AsyncHarness,
     SyncHarness,
     finished_row,
+    handler_transactions_in_progress,
     handler_transactions_open,
     row_where,
     wait_for_worker_threads_to_end,
@@ -384,7 +385,11 @@ async def test_async_lost_lease_refuses_the_completion_and_sets_the_signal(
     update_job(db, schema, job_id, "lease_token = lease_token + 1")
     await wait_until_async(lambda: reasons, timeout=3, what="the lost lease to be noticed")
     assert reasons == ["lease_lost"]
-    await wait_until_async(lambda: handler_transactions_open(db) == 0, what="the tx to end")
+    # In progress, not only idle in transaction: the fixture dropping the
+    # effects table runs with this loop stopped, so a completion still being
+    # written (then rolled back) would hold its lock until the DROP times out.
+    await wait_until_async(lambda: handler_transactions_in_progress(db) == 0,
+                           what="the tx to end")
     row = job_row(db, schema, job_id)
     assert row["status"] == "active" and row["output"] is None
     assert effect_notes(db, job_id) == []

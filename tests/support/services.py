@@ -9,19 +9,22 @@ from psycopg_pool import AsyncConnectionPool
 
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, Settings, client_settings
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES
+from tests.pgbouncer import mode
 
 
 def settings_for(
     dsn: str, schema: str, *, default_retention_seconds: int = DEFAULT_RETENTION_SECONDS
 ) -> Settings:
     return client_settings(
-        dsn, schema=schema, instance_key=None, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
-        pool_min_size=1, pool_max_size=2, poll_only=False, application_name="portqueue-test",
+        mode.client_dsn(dsn), schema=schema, instance_key=None,
+        max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES, pool_min_size=1, pool_max_size=2,
+        poll_only=mode.poll_only(), application_name="portqueue-test",
         default_retention_seconds=default_retention_seconds)
 
 
 def service_pool(dsn: str, size: int = 2) -> AsyncConnectionPool:
-    return AsyncConnectionPool(dsn, min_size=1, max_size=size, open=False)
+    return AsyncConnectionPool(mode.client_dsn(dsn), min_size=1, max_size=size, open=False,
+                               kwargs=mode.connection_kwargs())
 
 
 class _Runnable(Protocol):

@@ -122,6 +122,18 @@ def active(db: Db, schema: str, job_id: str) -> Callable[[], Any]:
     return lambda: row_where(db, schema, job_id, "status = 'active'")
 
 
+def handler_transactions_in_progress(db: Db) -> int:
+    """Handler connections of this database inside a transaction: idle in it,
+    or running a statement in it (a fenced completion being written, before
+    the rollback or commit that ends it)."""
+    row = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'portqueue:handler' AND xact_start IS NOT NULL"
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
 def handler_transactions_open(db: Db) -> int:
     """Handler connections of this database holding a transaction open."""
     row = db.execute(

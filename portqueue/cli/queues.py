@@ -1,0 +1,200 @@
+"""Queues and schedules: ``stats``, ``queues``, ``schedules``, ``pause``, ``resume``."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from portqueue.cli.base import DsnOption, JsonOption, SchemaOption, app
+from portqueue.cli.options import LimitOption, OffsetOption, window
+from portqueue.cli.output import (
+    emit_json,
+    json_text,
+    new_table,
+    seconds_text,
+    stdout_console,
+    when,
+)
+from portqueue.cli.session import Session, open_session
+from portqueue.types import JobStatus, PauseMode, QueueInfo, QueueStats
+from portqueue.validation import MAX_PAGE
+
+QueueArgument = Annotated[str, typer.Argument(help="The queue.", show_default=False)]
+QUEUE_NAMES = {"queue": "QUEUE"}
+
+
+@app.command("stats")
+def stats_command(
+    queue: Annotated[str | None, typer.Argument(
+        help="One queue (default: every queue).", show_default=False)] = None,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "portqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """Jobs per status, pause mode and oldest pending wait, per queue.
+
+    Delayed jobs count as pending. Without QUEUE, every queue is shown.
+
+    Examples:
+
+        portqueue stats
+
+        portqueue stats emails --json | jq '.[0].counts.failed'
+    """
+    with open_session(dsn, schema, names=QUEUE_NAMES) as session:
+        names = [queue] if queue is not None else _every_queue(session)
+        stats = [session.run(session.pq.get_queue_stats, queue=name) for name in names]
+    if as_json:
+        emit_json(stats)
+        return
+    table = new_table("queue", *(status.value for status in JobStatus), "paused",
+                      "oldest pending")
+    for row in stats:
+        table.add_row(row.queue, *(str(row.counts[status]) for status in JobStatus),
+                      _paused(row), seconds_text(row.oldest_pending_seconds))
+    stdout_console().print(table)
+
+
+def _every_queue(session: Session) -> list[str]:
+    names: list[str] = []
+    while True:
+        page = session.run(session.pq.get_queues, limit=MAX_PAGE, offset=len(names))
+        names += [info.queue for info in page.items]
+        if not page.items or len(names) >= page.total:
+            return sorted(names)
+
+
+def _paused(row: QueueStats | QueueInfo) -> str:
+    return row.paused.value if row.paused else "-"
+
+
+@app.command("queues")
+def queues_command(
+    limit: LimitOption = 50,
+    offset: OffsetOption = 0,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "portqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """List queues (newest first) with their pause mode and default options.
+
+    Examples:
+
+        portqueue queues
+
+        portqueue queues --json | jq '.items[].queue'
+    """
+    limit, offset = window(limit, offset)
+    with open_session(dsn, schema) as session:
+        page = session.run(session.pq.get_queues, limit=limit, offset=offset)
+    if as_json:
+        emit_json(page)
+        return
+    table = new_table("queue", "paused", "concurrency", "max attempts", "timeout", "lease",
+                      "retention", "dead letter", "created")
+    for info in page.items:
+        ttl = info.retention.ttl_seconds
+        table.add_row(info.queue, _paused(info), _text(info.concurrency),
+                      _text(info.retry.max_attempts if info.retry else None),
+                      _text(info.timeout_seconds), _text(info.lease_seconds),
+                      "-" if ttl is None else f"{ttl}s", info.dead_letter_queue or "-",
+                      when(info.created_at))
+    console = stdout_console()
+    console.print(table)
+    console.print(f"{len(page.items)} of {page.total} queue(s)")
+
+
+def _text(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+@app.command("schedules")
+def schedules_command(
+    queue: Annotated[str | None, typer.Option(
+        "--queue", help="Only this queue's schedules.", show_default=False)] = None,
+    enabled: Annotated[bool | None, typer.Option(
+        "--enabled/--disabled", help="Only enabled (or disabled) schedules.",
+        show_default=False)] = None,
+    limit: LimitOption = 50,
+    offset: OffsetOption = 0,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "portqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """List recurring schedules (newest first): cron or interval, next and last run.
+
+    Examples:
+
+        portqueue schedules --queue reports
+
+        portqueue schedules --json
+    """
+    limit, offset = window(limit, offset)
+    with open_session(dsn, schema, names={"queue": "--queue"}) as session:
+        page = session.run(session.pq.get_schedules, queue=queue, enabled=enabled,
+                           limit=limit, offset=offset)
+    if as_json:
+        emit_json(page)
+        return
+    table = new_table("schedule id", "queue", "cron or every", "tz", "next run", "last run",
+                      "enabled", "data")
+    for info in page.items:
+        every = info.cron if info.cron is not None else f"{info.every_seconds}s"
+        table.add_row(info.schedule_id, info.queue, every, info.tz, when(info.next_run_at),
+                      when(info.last_run_at), "yes" if info.enabled else "no",
+                      json_text(info.data, 40))
+    console = stdout_console()
+    console.print(table)
+    console.print(f"{len(page.items)} of {page.total} schedule(s)")
+
+
+@app.command("pause")
+def pause_command(
+    queue: QueueArgument,
+    mode: Annotated[PauseMode, typer.Option(
+        "--mode", help="processing: workers stop claiming, adds are accepted; all: adds "
+        "are refused too.")] = PauseMode.PROCESSING,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "portqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """Pause a queue on every worker (jobs already running finish).
+
+    Examples:
+
+        portqueue pause emails
+
+        portqueue pause emails --mode all
+    """
+    with open_session(dsn, schema, names=QUEUE_NAMES) as session:
+        info = session.run(session.pq.pause_queue, queue=queue, mode=mode)
+    if as_json:
+        emit_json(info)
+        return
+    effect = ("workers stop claiming, adds are accepted" if mode is PauseMode.PROCESSING
+              else "workers stop claiming, adds are refused")
+    typer.echo(f"paused {info.queue!r} ({mode.value}): {effect}")
+
+
+@app.command("resume")
+def resume_command(
+    queue: QueueArgument,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "portqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """Resume a paused queue: workers claim its jobs again, adds are accepted.
+
+    Examples:
+
+        portqueue resume emails
+
+        portqueue resume emails --json
+    """
+    with open_session(dsn, schema, names=QUEUE_NAMES) as session:
+        info = session.run(session.pq.resume_queue, queue=queue)
+    if as_json:
+        emit_json(info)
+        return
+    typer.echo(f"resumed {info.queue!r}")

@@ -1,0 +1,115 @@
+"""Migrations racing each other while workers run (scenario 12).
+
+A schema two revisions behind head (the newest migrations are an index on
+the job table and a schedule column) serves two worker processes draining a
+stream of jobs; five ``portqueue migrate`` processes are then started at
+once. All exit 0, the schema ends exactly at head (the same catalog as a
+schema migrated in one go, one version row), and the workers never notice
+beyond a short wait on the migration's locks: every job completes once.
+
+The five-processes-on-an-empty-database race on its own is
+tests/migrations/test_concurrent_migrate.py.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from alembic.script import ScriptDirectory
+from psycopg import sql
+
+from portqueue import PortQueue
+from portqueue.migrate import _config, head_revision, migrate
+from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, count_where
+from tests.migrations.catalog import schema_catalog
+from tests.migrations.conftest import cli_command, cli_env
+
+pytestmark = pytest.mark.slow
+
+MIGRATORS = 5
+STEPS_BEHIND = 2
+BACKLOG = 2_000   # finished rows, so the new index on job takes a moment to build
+
+
+def revision_behind_head(steps: int) -> str:
+    scripts = ScriptDirectory.from_config(_config("portqueue"))
+    revision = head_revision()
+    for _ in range(steps):
+        down = scripts.get_revision(revision).down_revision
+        assert isinstance(down, str), f"no single revision below {revision}"
+        revision = down
+    return revision
+
+
+def test_five_migrations_race_while_workers_drain(
+    pg_dsn: str, schema: str, ledger_db: psycopg.Connection[Any], tmp_path: Path,
+    report: Any,
+) -> None:
+    db = ledger_db
+    old = f"{schema}_behind"
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(old)))
+    start = revision_behind_head(STEPS_BEHIND)
+    migrate(pg_dsn, schema=old, revision=start)
+    fleet = Fleet(pg_dsn, old, tmp_path, db)
+    migrators: list[subprocess.Popen[str]] = []
+    try:
+        with PortQueue(pg_dsn, schema=old) as pq:
+            backlog = pq.add_jobs(queue="archive", jobs=[{"data": {}}] * BACKLOG)
+            db.execute(sql.SQL("UPDATE {} SET status = 'completed', finished_at = now()")
+                       .format(sql.Identifier(old, "job")))
+            workers = [fleet.worker(lease_seconds=2) for _ in range(2)]
+            job_ids: list[str] = []
+
+            def add(n: int) -> None:
+                results = pq.add_jobs(queue=QUEUE, jobs=[
+                    {"data": {"n": len(job_ids) + i, "sleep": 0.01}} for i in range(n)])
+                job_ids.extend(r.job_id for r in results if r.job_id is not None)
+
+            add(200)
+            migrators = [subprocess.Popen(
+                [*cli_command(), "migrate", "--dsn", pg_dsn, "--schema", old],
+                env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(MIGRATORS)]
+            started = time.monotonic()
+            # Jobs keep arriving while the migrations run.
+            while any(m.poll() is None for m in migrators):
+                assert time.monotonic() - started < 120, "the migrations did not finish"
+                add(5)
+                time.sleep(0.1)  # the stream's pace
+            migrated_s = time.monotonic() - started
+            add(100)
+            outputs = [m.communicate(timeout=10) for m in migrators]
+            deadline = time.monotonic() + 60
+            while count_where(db, old, job_ids, "completed") < len(job_ids):
+                assert time.monotonic() < deadline, [w.log() for w in workers]
+                time.sleep(0.1)  # polling pace
+            for worker in workers:
+                worker.send(signal.SIGTERM)
+            for worker in workers:
+                assert worker.wait(15) == 0, worker.log()
+                assert "Traceback" not in worker.log(), worker.log()
+
+        for migrator, (stdout, stderr) in zip(migrators, outputs, strict=True):
+            assert migrator.returncode == 0, stderr
+            assert f"at revision {head_revision()} (head)" in stdout, stdout
+        assert schema_catalog(db, old) == schema_catalog(db, schema)
+        versions = db.execute(sql.SQL("SELECT version_num FROM {}").format(
+            sql.Identifier(old, "alembic_version"))).fetchall()
+        assert versions == [(head_revision(),)]
+        figures = assert_nothing_lost(db, old, job_ids)
+        assert figures.statuses == {"completed": len(job_ids)}
+        assert len(backlog) == BACKLOG
+    finally:
+        for migrator in migrators:
+            if migrator.poll() is None:
+                migrator.kill()
+        fleet.close()
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(old)))
+    report(figures, faults=f"{MIGRATORS} concurrent migrate from {start} to "
+           f"{head_revision()} under 2 workers", migrate_s=f"{migrated_s:.1f}")

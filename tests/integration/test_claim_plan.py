@@ -1,0 +1,112 @@
+"""SPEC §5 / issue 4: the claim's cost follows what it claims, not the table.
+
+With a large history (finished jobs) and a backlog of future-delayed jobs in
+the table, the worker's claim statement must reach the ready jobs through the
+partial claim index, never a scan of the job table, and touch a handful of
+pages. The plan is read with ``EXPLAIN (ANALYZE, BUFFERS)``; the statement is
+the worker's own named query with the parameters a worker sends.
+
+``python -m tests.integration.test_claim_plan DSN`` prints the plan that
+docs/schema.md quotes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from portqueue import PortQueue
+from portqueue.queries import Query, queries_for
+
+Db = psycopg.Connection[Any]
+
+FINISHED = 100_000
+DELAYED = 20_000
+READY = 50
+CLAIMED = 10
+# A claim of 10 jobs reads the index pages leading to them, the heap pages
+# holding them and the queue row: tens of buffers. A scan of the table above
+# would read thousands.
+MAX_BUFFERS = 300
+
+LOAD = """
+INSERT INTO {job} (id, queue, status, data, attempt, max_attempts,
+                   created_at, start_after, started_at, finished_at)
+SELECT gen_random_uuid(), 'plan', 'completed', '{{}}'::jsonb, 1, 1,
+       now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
+       now() - interval '1 day'
+FROM generate_series(1, %(finished)s);
+INSERT INTO {job} (id, queue, data, start_after)
+SELECT gen_random_uuid(), 'plan', '{{}}'::jsonb, now() + interval '1 day'
+FROM generate_series(1, %(delayed)s);
+"""
+
+
+def load_history(db: Db, schema: str) -> None:
+    with db.transaction():
+        # Loaded, not added: no NOTIFY per statement for rows nobody waits on.
+        db.execute("SET LOCAL session_replication_role = replica")
+        for statement in LOAD.split(";"):
+            if statement.strip():
+                db.execute(sql.SQL(statement).format(job=sql.Identifier(schema, "job")),
+                           {"finished": FINISHED, "delayed": DELAYED})
+    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
+
+
+def claim_query(schema: str) -> Query:
+    """The claim a worker with 10 free slots on queue ``plan`` sends."""
+    return queries_for(schema)(
+        "claim", queues=["plan"], slots=[CLAIMED], lease_seconds=[60],
+        instance_key="plan-host", worker_id=str(uuid.uuid4()))
+
+
+def explain(db: Db, query: Query, *, fmt: str) -> Any:
+    """EXPLAIN ANALYZE the claim in a transaction that is rolled back."""
+    statement = f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT {fmt}) {query.sql}"
+    with db.transaction(force_rollback=True):
+        rows = db.execute(statement, dict(query.params)).fetchall()
+    return rows[0][0] if fmt == "JSON" else "\n".join(row[0] for row in rows)
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,
+                                                        schema: str) -> None:
+    pq.add_jobs(queue="plan", jobs=[{"data": {"n": n}} for n in range(READY)])
+    load_history(db, schema)
+
+    (result,) = explain(db, claim_query(schema), fmt="JSON")
+    root = result["Plan"]
+    nodes = list(plan_nodes(root))
+    scanned = [node.get("Relation Name") for node in nodes if node["Node Type"] == "Seq Scan"]
+    assert "job" not in scanned, json.dumps(root, indent=1)
+    claim_scans = [node for node in nodes if node.get("Index Name") == "job_claim_idx"]
+    assert claim_scans, "the ready jobs are found through job_claim_idx"
+    assert root["Actual Rows"] == CLAIMED
+    buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
+    assert buffers <= MAX_BUFFERS, f"{buffers} buffers for a claim of {CLAIMED}"
+
+
+def main(dsn: str) -> None:
+    schema = "portqueue_plan_demo"
+    with PortQueue(dsn, schema=schema) as pq, psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        pq.migrate()
+        pq.add_jobs(queue="plan", jobs=[{"data": {"n": n}} for n in range(READY)])
+        load_history(db, schema)
+        print(explain(db, claim_query(schema), fmt="TEXT"))
+        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

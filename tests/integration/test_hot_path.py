@@ -1,0 +1,133 @@
+"""Issue 5: the statements every job goes through cost what they touch.
+
+A batched completion must find its rows through the primary key, however
+many other jobs are running (or were completed and not yet vacuumed): it is
+read with ``EXPLAIN (ANALYZE, BUFFERS)`` in a rolled-back transaction, with
+the worker's own named query and the parameters a worker sends. A plain add
+commits on its own, with no transaction left open on the pooled connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+from psycopg import pq
+from psycopg.rows import dict_row
+
+from portqueue import AsyncPortQueue, PortQueue
+from portqueue.queries import Query, queries_for
+from tests.conftest import count_jobs
+
+Db = psycopg.Connection[Any]
+
+RUNNING = 400
+COMPLETED = 10
+# Ten completions through the primary key: the key lookups, the heap pages
+# and the index entries of the new row versions. A scan of the running
+# jobs' lease index would grow with RUNNING instead.
+MAX_BUFFERS_PER_JOB = 40
+
+
+def claim_all(db: Db, schema: str, count: int) -> list[dict[str, Any]]:
+    query = queries_for(schema)(
+        "claim", queues=["hot"], slots=[count], lease_seconds=[60], instance_key=None,
+        worker_id=str(uuid.uuid4()))
+    with db.cursor(row_factory=dict_row) as cursor:
+        return cursor.execute(query.sql, dict(query.params)).fetchall()
+
+
+def completion(schema: str, rows: list[dict[str, Any]]) -> Query:
+    jobs = [{"id": str(row["id"]), "lease_token": row["lease_token"], "status": "completed",
+             "output": None} for row in rows]
+    return queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from plan_nodes(child)
+
+
+def test_a_completion_is_pinned_to_the_primary_key(pq: PortQueue, db: Db, schema: str) -> None:
+    pq.add_jobs(queue="hot", jobs=[{"data": {"n": n}} for n in range(RUNNING)])
+    db.execute(f'ANALYZE "{schema}".job')  # as after a bulk load: no job is active yet
+    rows = claim_all(db, schema, RUNNING)
+    assert len(rows) == RUNNING
+
+    query = completion(schema, rows[:COMPLETED])
+    statement = f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) {query.sql}"
+    with db.transaction(force_rollback=True):
+        (plan,) = db.execute(statement, dict(query.params)).fetchone()  # type: ignore[misc]
+    root = plan[0]["Plan"]
+    nodes = list(plan_nodes(root))
+    indexes = {node.get("Index Name") for node in nodes}
+    assert "job_pkey" in indexes, json.dumps(root, indent=1)
+    assert "job_lease_idx" not in indexes, json.dumps(root, indent=1)
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n.get("Relation Name") ==
+                "job"], json.dumps(root, indent=1)
+    assert root["Actual Rows"] == COMPLETED
+    buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
+    assert buffers <= MAX_BUFFERS_PER_JOB * COMPLETED, f"{buffers} buffers for {COMPLETED}"
+
+
+def test_a_completion_stays_fenced(pq: PortQueue, db: Db, schema: str) -> None:
+    """The pinned plan keeps the fence: a stale lease token or a job no longer
+    active is refused, the others are written."""
+    pq.add_jobs(queue="hot", jobs=[{"data": {"n": n}} for n in range(3)])
+    rows = claim_all(db, schema, 3)
+    stale = dict(rows[0], lease_token=rows[0]["lease_token"] - 1)
+    query = completion(schema, [stale, rows[1], rows[2]])
+    written = {row[0] for row in db.execute(query.sql, dict(query.params)).fetchall()}
+    assert written == {str(rows[1]["id"]), str(rows[2]["id"])}
+    again = {row[0] for row in db.execute(query.sql, dict(query.params)).fetchall()}
+    assert again == set(), "completed jobs are not completed twice"
+    assert count_jobs(db, schema, "status = 'active'") == 1
+
+
+def test_a_plain_add_leaves_no_transaction_open(pq: PortQueue, db: Db, schema: str) -> None:
+    """The client's pooled connections run single statements in autocommit:
+    the job is visible to another session at once, and the connection the
+    add used is idle, not idle in transaction."""
+    added = pq.add_job(queue="hot", data={"n": 1})
+    assert count_jobs(db, schema, f"id = '{added.job_id}'") == 1
+    states = db.execute(
+        "SELECT state FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name = 'portqueue:client'").fetchall()
+    assert states and all(state == "idle" for (state,) in states), states
+
+
+
+async def test_the_worker_pool_lends_transactional_connections(
+    apq_factory: Callable[..., AsyncPortQueue], db: Db, schema: str,
+) -> None:
+    """Claims and completions run in autocommit on the worker's pool, which the
+    maintenance services share and which rely on transactions (advisory
+    xact locks, SET LOCAL): the pool's reset hands every connection out
+    transactional again, even one returned right after a single statement."""
+    apq = apq_factory(pool_max_size=2)
+    done = asyncio.Event()
+
+    @apq.handler("hot", concurrency=5)
+    async def handle(job: Any) -> None:
+        done.set()
+
+    await apq.start(maintenance=False, scheduler=False)
+    try:
+        await apq.add_job(queue="hot", data={"n": 1})
+        await asyncio.wait_for(done.wait(), 30)
+        assert apq._host is not None
+        worker = apq._host.worker
+        await worker._execute(queries_for(schema)("unregister_worker", id=str(uuid.uuid4())))
+        for _ in range(worker.pool.get_stats().get("pool_size", 2) + 1):
+            async with worker.pool.connection() as conn:
+                assert not conn.autocommit
+                await conn.execute("SELECT 1")
+                assert conn.info.transaction_status == pq.TransactionStatus.INTRANS
+    finally:
+        await apq.stop()
+        await apq.aclose()
