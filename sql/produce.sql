@@ -12,12 +12,7 @@
 -- skipped entries afterwards (find_conflicts). A queue paused with mode 'all'
 -- takes nothing and reports it in a 'paused' row. The queue's row is created
 -- on first use; the NOT EXISTS keeps that a read on every later add.
-WITH new_queue AS (
-    INSERT INTO {schema}.queue (name)
-    SELECT %(queue)s
-    WHERE NOT EXISTS (SELECT FROM {schema}.queue WHERE name = %(queue)s)
-    ON CONFLICT DO NOTHING
-),
+WITH {create_queue_on_first_use},
 defaults AS (
     SELECT * FROM {schema}.queue WHERE name = %(queue)s
 ),
@@ -44,14 +39,7 @@ inserted AS (
     SELECT
         e.id, %(queue)s, e.payload, e.priority,
         now() + make_interval(secs => e.start_after_seconds),
-        -- a job's retry policy is taken whole, or the queue's is
-        coalesce(e.max_attempts, d.max_attempts, 1),
-        coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
-        coalesce(e.backoff_strategy, d.backoff_strategy, 'fixed'),
-        coalesce(e.backoff_factor, d.backoff_factor, 2),
-        CASE WHEN e.max_attempts IS NOT NULL THEN e.backoff_max_delay_seconds
-             ELSE d.backoff_max_delay_seconds END,
-        coalesce(e.backoff_jitter, d.backoff_jitter, false),
+        {resolved_retry_policy},
         coalesce(e.expire_in_seconds, d.expire_in_seconds),
         -- expiry bounds the wait from eligibility, so a delayed job cannot
         -- expire before it could ever start
@@ -96,12 +84,7 @@ SELECT now() AS now;
 -- name: add_schedule
 -- A recurring add stores a schedule, not a job: the scheduler spawns one job
 -- per tick from it. Dedup by idempotency key is against schedules only.
-WITH new_queue AS (
-    INSERT INTO {schema}.queue (name)
-    SELECT %(queue)s
-    WHERE NOT EXISTS (SELECT FROM {schema}.queue WHERE name = %(queue)s)
-    ON CONFLICT DO NOTHING
-),
+WITH {create_queue_on_first_use},
 defaults AS (
     SELECT paused FROM {schema}.queue WHERE name = %(queue)s
 ),
@@ -124,3 +107,26 @@ SELECT 'paused', NULL::uuid, NULL::timestamptz FROM defaults WHERE paused = 'all
 SELECT id, next_run_at
 FROM {schema}.schedule
 WHERE queue = %(queue)s AND idempotency_key = %(idempotency_key)s;
+
+-- fragment: create_queue_on_first_use
+-- The CTE that creates %(queue)s's row on its first add; the NOT EXISTS keeps
+-- that a plain read on every later add.
+new_queue AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT %(queue)s
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue WHERE name = %(queue)s)
+    ON CONFLICT DO NOTHING
+)
+
+-- fragment: resolved_retry_policy
+-- The retry columns of a job being added, from its own options (alias e),
+-- else its queue's defaults (alias d), else the built-in ones. A job's retry
+-- policy is taken whole or not at all: a job that sets max_attempts does not
+-- inherit the queue's backoff cap. Shared by add_jobs and spawn_scheduled_jobs.
+coalesce(e.max_attempts, d.max_attempts, 1),
+coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
+coalesce(e.backoff_strategy, d.backoff_strategy, 'fixed'),
+coalesce(e.backoff_factor, d.backoff_factor, 2),
+CASE WHEN e.max_attempts IS NOT NULL THEN e.backoff_max_delay_seconds
+     ELSE d.backoff_max_delay_seconds END,
+coalesce(e.backoff_jitter, d.backoff_jitter, false)

@@ -59,30 +59,24 @@ spawned AS (
         preferred_instance_key_pattern, singleton_key, group_id,
         schedule_id, scheduled_for)
     SELECT
-        d.job_id, d.queue, d.data, coalesce(d.priority, 0), d.scheduled_for,
-        coalesce(d.max_attempts, q.max_attempts, 1),
-        coalesce(d.retry_delay_seconds, q.retry_delay_seconds, 0),
-        coalesce(d.backoff_strategy, q.backoff_strategy, 'fixed'),
-        coalesce(d.backoff_factor, q.backoff_factor, 2),
-        CASE WHEN d.max_attempts IS NOT NULL THEN d.backoff_max_delay_seconds
-             ELSE q.backoff_max_delay_seconds END,
-        coalesce(d.backoff_jitter, q.backoff_jitter, false),
-        coalesce(d.expire_in_seconds, q.expire_in_seconds),
+        e.job_id, e.queue, e.data, coalesce(e.priority, 0), e.scheduled_for,
+        {resolved_retry_policy},
+        coalesce(e.expire_in_seconds, d.expire_in_seconds),
         -- expiry bounds the wait from when the job could first start: a tick
         -- spawned late (a misfire) still gets its whole window, rather than
         -- being born expired
-        greatest(d.scheduled_for, now())
-            + make_interval(secs => coalesce(d.expire_in_seconds, q.expire_in_seconds)),
-        d.retention_ttl_seconds,
-        coalesce(d.timeout_seconds, q.timeout_seconds),
-        d.preferred_instance_key_pattern, d.singleton_key, d.group_id,
-        d.schedule_id, d.scheduled_for
-    FROM due AS d
-    LEFT JOIN {schema}.queue AS q ON q.name = d.queue
-    WHERE q.paused IS DISTINCT FROM 'all'
+        greatest(e.scheduled_for, now())
+            + make_interval(secs => coalesce(e.expire_in_seconds, d.expire_in_seconds)),
+        e.retention_ttl_seconds,
+        coalesce(e.timeout_seconds, d.timeout_seconds),
+        e.preferred_instance_key_pattern, e.singleton_key, e.group_id,
+        e.schedule_id, e.scheduled_for
+    FROM due AS e
+    LEFT JOIN {schema}.queue AS d ON d.name = e.queue
+    WHERE d.paused IS DISTINCT FROM 'all'
     -- key order, as in add_jobs: two statements inserting the same singleton
     -- keys in different orders could otherwise each wait for the other
-    ORDER BY d.singleton_key, d.schedule_id
+    ORDER BY e.singleton_key, e.schedule_id
     ON CONFLICT DO NOTHING
     RETURNING j.id, j.schedule_id
 ),

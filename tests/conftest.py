@@ -1,12 +1,13 @@
 """Shared fixtures: a real PostgreSQL, a database per xdist worker, a migrated
-schema per worker that is emptied before each test, and both clients."""
+schema per worker that is emptied before each test, both clients, and
+in-process workers on them (tests/support/workers.py)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -18,6 +19,7 @@ from portqueue import AsyncPortQueue, PortQueue
 from portqueue.migrate import migrate
 from tests.support.clients import BlockingAsyncClient
 from tests.support.server import server_dsn
+from tests.support.workers import AsyncHarness, SyncHarness
 
 TEST_SCHEMA = "pq_test"
 
@@ -117,6 +119,22 @@ def apq_factory(pg_dsn: str, schema: str) -> Callable[..., AsyncPortQueue]:
         return AsyncPortQueue(pg_dsn, schema=schema, **settings)
 
     return factory
+
+
+@pytest.fixture
+def harness(pq: PortQueue) -> Iterator[SyncHarness]:
+    """In-process sync workers on ``pq`` that never outlive the test."""
+    h = SyncHarness(pq)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+async def aharness(apq_factory: Callable[..., AsyncPortQueue]) -> AsyncIterator[AsyncHarness]:
+    """In-process async workers on a fresh ``AsyncPortQueue``, stopped with the test."""
+    h = AsyncHarness(apq_factory())
+    yield h
+    await h.close()
 
 
 @pytest.fixture(params=["sync", "async"])

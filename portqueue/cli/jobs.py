@@ -23,6 +23,7 @@ from portqueue.cli.output import (
     emit_json,
     json_text,
     new_table,
+    print_table,
     stdout_console,
     when,
 )
@@ -117,9 +118,7 @@ def jobs_command(
                       str(job.priority), when(job.created_at), when(job.finished_at),
                       json_text(job.data, 40),
                       "-" if last is None else cut(str(last.get("message", "")), 60))
-    console = stdout_console()
-    console.print(table)
     shown = f"{offset + 1}-{offset + len(page.items)}" if page.items else "none"
     more = (f"; --offset {offset + len(page.items)} for more"
             if offset + len(page.items) < page.total else "")
-    console.print(f"{shown} of {page.total} job(s) in {queue!r}{more}")
+    print_table(table, f"{shown} of {page.total} job(s) in {queue!r}{more}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
@@ -38,6 +38,7 @@ IdsArgument = Annotated[list[str] | None, typer.Argument(
 QueueFilter = Annotated[str | None, typer.Option(
     "--queue", help="With --status: act on this queue's matching jobs.", show_default=False)]
 FILTER_NAMES = {"queue": "--queue", "group_id": "--group-id", "statuses": "--status"}
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,30 @@ def for_each_page(session: Session, where: Filter, bar: Bar,
     return matched or 0, gone
 
 
+def _act_on_matching(session: Session, where: Filter, label: str, as_json: bool,
+                     act: Callable[[list[str]], int]) -> tuple[int, int]:
+    """``for_each_page`` behind a progress bar labelled ``label`` (see ``bars_wanted``)."""
+    with progress_bar(label, enabled=bars_wanted(as_json)) as bar:
+        return for_each_page(session, where, bar, act)
+
+
+def _act_and_report(session: Session, where: Filter, verbs: tuple[str, str], as_json: bool,
+                    act: Callable[[list[str]], int]) -> None:
+    """``_act_on_matching`` with ``verbs`` (``("removing", "removed")``), then the count
+    that stopped matching, as ``{"matched": …, "removed": …}`` for --json."""
+    doing, done = verbs
+    matched, acted = _act_on_matching(session, where, doing, as_json, act)
+    _report({"matched": matched, done: acted}, as_json,
+            f"{done} {acted} of {matched} matching job(s)")
+
+
+def _each_in_one_transaction(session: Session, method: Callable[..., T],
+                             page: list[str]) -> list[T]:
+    """``method(job_id=…)`` for each id of ``page``, all in one transaction."""
+    with session.transaction() as tx:
+        return [method(job_id=job_id, tx=tx) for job_id in page]
+
+
 @app.command("retry")
 def retry_command(
     ids: IdsArgument = None,
@@ -109,14 +134,10 @@ def retry_command(
     with open_session(dsn, schema, names=FILTER_NAMES) as session:
         if isinstance(target, Filter):
             def act(page: list[str]) -> int:
-                with session.transaction() as tx:
-                    done = [session.pq.retry_job(job_id=job_id, tx=tx) for job_id in page]
+                done = _each_in_one_transaction(session, session.pq.retry_job, page)
                 return sum(result is not None for result in done)
 
-            with progress_bar("retrying", enabled=bars_wanted(as_json)) as bar:
-                matched, retried = for_each_page(session, target, bar, act)
-            _report({"matched": matched, "retried": retried}, as_json,
-                    f"retried {retried} of {matched} matching job(s)")
+            _act_and_report(session, target, ("retrying", "retried"), as_json, act)
             return
         results = {job_id: session.run(session.pq.retry_job, job_id=job_id) for job_id in target}
     rows = [{"job_id": job_id, "retried": result is not None,
@@ -159,14 +180,12 @@ def cancel_command(
             outcomes = Counter({outcome.value: 0 for outcome in CancelOutcome})
 
             def act(page: list[str]) -> int:
-                with session.transaction() as tx:
-                    done = [session.pq.cancel_job(job_id=job_id, tx=tx) for job_id in page]
+                done = _each_in_one_transaction(session, session.pq.cancel_job, page)
                 outcomes.update(result.outcome.value for result in done)
                 # A signalled job stays active: still matching if active was asked for.
                 return sum(result.outcome is CancelOutcome.CANCELLED for result in done)
 
-            with progress_bar("cancelling", enabled=bars_wanted(as_json)) as bar:
-                matched, _ = for_each_page(session, target, bar, act)
+            matched, _ = _act_on_matching(session, target, "cancelling", as_json, act)
             summary = ", ".join(f"{count} {name}" for name, count in outcomes.items())
             _report({"matched": matched, "outcomes": dict(outcomes)}, as_json,
                     f"{matched} matching job(s): {summary}")
@@ -209,10 +228,7 @@ def remove_command(
             def remove(page: list[str]) -> int:
                 return session.run(session.pq.remove_jobs, job_ids=page)
 
-            with progress_bar("removing", enabled=bars_wanted(as_json)) as bar:
-                matched, removed = for_each_page(session, target, bar, remove)
-            _report({"matched": matched, "removed": removed}, as_json,
-                    f"removed {removed} of {matched} matching job(s)")
+            _act_and_report(session, target, ("removing", "removed"), as_json, remove)
             return
         count = session.run(session.pq.remove_jobs, job_ids=target)
     _report({"matched": len(target), "removed": count}, as_json,

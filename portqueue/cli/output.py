@@ -67,6 +67,13 @@ def new_table(*columns: str, show_header: bool = True) -> Table:
                  header_style="bold")
 
 
+def print_table(table: Table, footer: str) -> None:
+    """``table`` on stdout, then a one-line ``footer`` (how many rows of how many)."""
+    console = stdout_console()
+    console.print(table)
+    console.print(footer)
+
+
 def when(moment: datetime | None) -> str:
     """A timestamp for people: UTC, to the second; ``-`` for none."""
     if moment is None:

@@ -12,6 +12,7 @@ from portqueue.cli.output import (
     emit_json,
     json_text,
     new_table,
+    print_table,
     seconds_text,
     stdout_console,
     when,
@@ -100,9 +101,7 @@ def queues_command(
                       _text(info.timeout_seconds), _text(info.lease_seconds),
                       "-" if ttl is None else f"{ttl}s", info.dead_letter_queue or "-",
                       when(info.created_at))
-    console = stdout_console()
-    console.print(table)
-    console.print(f"{len(page.items)} of {page.total} queue(s)")
+    print_table(table, f"{len(page.items)} of {page.total} queue(s)")
 
 
 def _text(value: object) -> str:
@@ -144,9 +143,7 @@ def schedules_command(
         table.add_row(info.schedule_id, info.queue, every, info.tz, when(info.next_run_at),
                       when(info.last_run_at), "yes" if info.enabled else "no",
                       json_text(info.data, 40))
-    console = stdout_console()
-    console.print(table)
-    console.print(f"{len(page.items)} of {page.total} schedule(s)")
+    print_table(table, f"{len(page.items)} of {page.total} schedule(s)")
 
 
 @app.command("pause")

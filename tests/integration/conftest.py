@@ -1,33 +1,16 @@
 """Fixtures shared by the worker tests (tests/integration/test_worker_*.py):
-in-process workers that never outlive their test, and a table handlers write
-to. The database, schema and client fixtures come from tests/conftest.py."""
+a table handlers write to. The database, schema, client and in-process worker
+fixtures (``harness``, ``aharness``) come from tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 
-from portqueue import AsyncPortQueue, PortQueue
-from tests.support.workers import AsyncHarness, SyncHarness
-
 Db = psycopg.Connection[Any]
-
-
-@pytest.fixture
-def harness(pq: PortQueue) -> Iterator[SyncHarness]:
-    h = SyncHarness(pq)
-    yield h
-    h.close()
-
-
-@pytest.fixture
-async def aharness(apq_factory: Callable[..., AsyncPortQueue]) -> AsyncIterator[AsyncHarness]:
-    h = AsyncHarness(apq_factory())
-    yield h
-    await h.close()
 
 
 @pytest.fixture

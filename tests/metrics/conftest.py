@@ -1,30 +1,14 @@
-"""Fixtures for the metrics and tracing tests: in-process workers (from
-tests/support/workers.py), a Prometheus registry of the test's own, and an
-OpenTelemetry provider that records spans in memory for one test only."""
+"""Fixtures for the metrics and tracing tests: a Prometheus registry of the
+test's own, and an OpenTelemetry provider that records spans in memory for one
+test only. The in-process worker fixtures (``harness``, ``aharness``) come
+from tests/conftest.py."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-
-from portqueue import AsyncPortQueue, PortQueue
-from tests.support.workers import AsyncHarness, SyncHarness
-
-
-@pytest.fixture
-def harness(pq: PortQueue) -> Iterator[SyncHarness]:
-    h = SyncHarness(pq)
-    yield h
-    h.close()
-
-
-@pytest.fixture
-async def aharness(apq_factory: Callable[..., AsyncPortQueue]) -> AsyncIterator[AsyncHarness]:
-    h = AsyncHarness(apq_factory())
-    yield h
-    await h.close()
 
 
 @pytest.fixture

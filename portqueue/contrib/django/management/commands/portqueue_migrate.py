@@ -10,11 +10,9 @@ from __future__ import annotations
 from argparse import ArgumentParser
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
+from django.core.management.base import BaseCommand
 
-from portqueue.contrib.django.backend import PortQueueBackend
+from portqueue.contrib.django.management.base import portqueue_backend
 
 
 class Command(BaseCommand):  # type: ignore[misc]  # Django ships no type hints
@@ -25,12 +23,6 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no type hints
                             help="The TASKS alias whose DSN and SCHEMA to use (default: default).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        try:
-            backend = task_backends[options["backend"]]
-        except InvalidTaskBackend as exc:
-            raise CommandError(str(exc)) from None
-        if not isinstance(backend, PortQueueBackend):
-            raise CommandError(f"--backend {options['backend']!r} is a "
-                               f"{type(backend).__name__}, not a PortQueueBackend")
+        backend = portqueue_backend(options["backend"])
         backend.client.migrate()
         self.stdout.write(f"portqueue: schema {backend.settings.schema!r} is up to date")

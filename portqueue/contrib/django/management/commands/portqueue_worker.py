@@ -13,10 +13,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
-from django.tasks import task_backends
-from django.tasks.exceptions import InvalidTaskBackend
 
-from portqueue.contrib.django.backend import PortQueueBackend
+from portqueue.contrib.django.management.base import portqueue_backend
 from portqueue.contrib.django.runner import worker_client
 from portqueue.errors import InvalidArgument, PortQueueError
 
@@ -44,13 +42,7 @@ class Command(BaseCommand):  # type: ignore[misc]  # Django ships no type hints
         # One line per worker state change, unless LOGGING already configured logging.
         logging.basicConfig(level=logging.INFO,
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        try:
-            backend = task_backends[options["backend"]]
-        except InvalidTaskBackend as exc:
-            raise CommandError(str(exc)) from None
-        if not isinstance(backend, PortQueueBackend):
-            raise CommandError(f"--backend {options['backend']!r} is a "
-                               f"{type(backend).__name__}, not a PortQueueBackend")
+        backend = portqueue_backend(options["backend"])
         queues = options["queues"]
         try:
             client = worker_client(
