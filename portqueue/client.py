@@ -423,8 +423,12 @@ class PortQueue:
         registered = self._registry.queues()
         chosen = registered if queues is None else {
             name: registered[name] for name in validation.known_queues(queues, registered)}
-        if not chosen:
-            raise InvalidArgument("queues", "no queue has a handler in this client")
+        if not chosen and (queues is None or not (scheduler or maintenance)):
+            # queues=[] asks for a process that only runs the scheduler and
+            # maintenance; with neither, or with nothing registered, it is a mistake.
+            raise InvalidArgument("queues", "no queue has a handler in this client"
+                                  if queues is None else "nothing to run: no queue, no "
+                                  "scheduler and no maintenance")
         if concurrency is not None:
             limit = validation.integer("concurrency", concurrency, minimum=1, maximum=10_000)
             chosen = {name: spec.with_concurrency(limit) for name, spec in chosen.items()}
@@ -450,6 +454,9 @@ class PortQueue:
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
     ) -> None:
         """Start consuming the registered queues (or ``queues``); returns once running.
+
+        ``queues=[]`` consumes nothing: the process runs only the scheduler and
+        maintenance (for an application that adds jobs its workers run elsewhere).
 
         ``concurrency`` overrides every queue's. ``poll_interval`` (default 1 s) is
         the fallback when no NOTIFY arrives; ``grace_seconds`` (default 30) bounds

@@ -220,5 +220,13 @@ ALTER TABLE "portqueue".schedule
 
 UPDATE portqueue.alembic_version SET version_num='0004' WHERE portqueue.alembic_version.version_num = '0003';
 
+-- Running upgrade 0004 -> 0005
+
+ALTER TABLE "portqueue".worker DROP CONSTRAINT worker_concurrency_check;
+
+ALTER TABLE "portqueue".worker ADD CONSTRAINT worker_concurrency_check CHECK (concurrency >= 0);
+
+UPDATE portqueue.alembic_version SET version_num='0005' WHERE portqueue.alembic_version.version_num = '0004';
+
 COMMIT;
 

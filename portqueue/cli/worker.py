@@ -21,6 +21,7 @@ from portqueue.cli.base import fail as _fail
 from portqueue.client import PortQueue
 from portqueue.errors import InvalidArgument, PortQueueError
 from portqueue.worker.host import run_until_stopped
+from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS
 
 
 @app.command("worker")
@@ -47,6 +48,10 @@ def worker_command(
         "--poll-interval", help="Seconds between polls when no NOTIFY arrives.")] = 1.0,
     grace_seconds: Annotated[float, typer.Option(
         "--grace-seconds", help="How long SIGTERM waits for running jobs.")] = 30.0,
+    listen_check_seconds: Annotated[float, typer.Option(
+        "--listen-check-seconds",
+        help="Probe the LISTEN connection after this long without traffic; a dead one "
+        "is replaced.")] = LISTEN_HEALTH_SECONDS,
     scheduler: Annotated[bool, typer.Option(
         "--scheduler/--no-scheduler", help="Run the scheduler in this process.")] = True,
     maintenance: Annotated[bool, typer.Option(
@@ -87,6 +92,7 @@ def worker_command(
             "queues": None if queues is None else [q.strip() for q in queues.split(",") if q],
             "concurrency": concurrency, "scheduler": scheduler, "maintenance": maintenance,
             "poll_interval": poll_interval, "grace_seconds": grace_seconds,
+            "listen_check_seconds": listen_check_seconds,
         }
         if isinstance(client, AsyncPortQueue):
             run_until_stopped(client.run(**options))

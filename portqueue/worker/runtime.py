@@ -52,7 +52,7 @@ from portqueue.worker.outcomes import (
     failure,
     unsettled,
 )
-from portqueue.worker.registry import QueueSpec, Registry
+from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, QueueSpec, Registry
 from portqueue.worker.signal import SignalState
 from portqueue.worker.state import Claimed, Running
 
@@ -133,7 +133,10 @@ class Worker:
         # Server pids of the connections sync handlers hold now (same reason;
         # see _end_stuck_sync_sessions). Guarded by _sync_pool_lock.
         self._sync_handler_pids: set[int] = set()
-        self.lease_seconds_min = min(spec.lease_seconds for spec in self.queues.values())
+        # A worker consuming no queue (scheduler and maintenance only) heartbeats
+        # its row as if it held the default lease.
+        self.lease_seconds_min = min((spec.lease_seconds for spec in self.queues.values()),
+                                     default=DEFAULT_LEASE_SECONDS)
 
     # --- life cycle ---
 

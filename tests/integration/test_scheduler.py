@@ -387,6 +387,36 @@ def test_a_started_worker_spawns_and_runs_scheduled_jobs(
     assert instants == [instants[0] + timedelta(seconds=n) for n in range(len(instants))]
 
 
+def test_a_process_with_no_handler_runs_the_scheduler_with_queues_empty(
+    pg_dsn: str, schema: str, db: Db
+) -> None:
+    """start(queues=[]): no queue consumed, the scheduler (and maintenance) run;
+    the spawned jobs wait, pending, for workers elsewhere."""
+    with PortQueue(pg_dsn, schema=schema) as client:
+        with pytest.raises(ValueError, match="no queue has a handler"):
+            client.start()
+        with pytest.raises(ValueError, match="nothing to run"):
+            client.start(queues=[], scheduler=False, maintenance=False)
+        added = client.add_job(queue="ticks", data={}, schedule={"start_every_seconds": 1})
+        assert added.schedule_id
+        client.start(queues=[])
+        try:
+            wait_for(lambda: rows_of(db, schema, "worker"))
+            (worker,) = rows_of(db, schema, "worker")
+            assert worker["queues"] == [] and worker["concurrency"] == 0
+            wait_for(lambda: len(spawned_jobs(db, schema, added.schedule_id)) >= 2)
+        finally:
+            client.stop()
+    assert {job["status"] for job in spawned_jobs(db, schema, added.schedule_id)} == {"pending"}
+    assert count_rows(db, schema, "worker") == 0
+
+
+def rows_of(db: Db, schema: str, table: str) -> list[dict[str, Any]]:
+    with db.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(schema, table)))
+        return cursor.fetchall()
+
+
 def test_a_worker_started_without_scheduler_spawns_nothing(
     pg_dsn: str, schema: str, db: Db
 ) -> None:

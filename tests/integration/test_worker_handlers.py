@@ -255,6 +255,8 @@ def test_start_rejects_what_it_cannot_run(harness: SyncHarness) -> None:
         pq.start(concurrency=0)
     with pytest.raises(ValueError, match="poll_interval"):
         pq.start(poll_interval=0)
+    with pytest.raises(ValueError, match="listen_check_seconds"):
+        pq.start(listen_check_seconds=0)
     harness.start()
     with pytest.raises(ValueError, match="already running"):
         pq.start()

@@ -108,3 +108,15 @@ def test_metrics_port_without_the_extra_is_a_usage_error(
                                       "--poll-interval", "0"])
     assert result.exit_code == 2, result.output
     assert "pip install 'portqueue[metrics]'" in result.output
+
+
+def test_a_bad_listen_check_is_a_usage_error_naming_it(
+    pg_dsn: str, schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--listen-check-seconds reaches the worker's own validation: exit 2, named."""
+    monkeypatch.setenv("PORTQUEUE_DSN", pg_dsn)
+    monkeypatch.setenv("PORTQUEUE_SCHEMA", schema)
+    result = CliRunner().invoke(app, ["worker", "tests.metrics.app:pq",
+                                      "--listen-check-seconds", "0"])
+    assert result.exit_code == 2, result.output
+    assert "listen_check_seconds" in result.output
