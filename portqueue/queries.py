@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -71,8 +72,7 @@ class Queries:
     def __init__(self, schema: str) -> None:
         self.schema = schema
         quoted = sql.Identifier(schema)
-        fragments = {name: sql.SQL(text).format(schema=quoted)
-                     for name, text in load_fragments().items()}
+        fragments = _render_fragments(quoted)
         self._rendered = {
             name: sql.SQL(template).format(schema=quoted, **fragments).as_string()
             for name, template in load_templates().items()
@@ -88,6 +88,27 @@ class Queries:
     @property
     def names(self) -> frozenset[str]:
         return frozenset(self._rendered)
+
+
+def _render_fragments(schema: sql.Identifier) -> dict[str, sql.Composable]:
+    """Every fragment rendered for ``schema``, the fragments it includes first."""
+    texts = load_fragments()
+    rendered: dict[str, sql.Composable] = {}
+
+    def render(name: str, including: tuple[str, ...]) -> sql.Composable:
+        if name in including:
+            raise RuntimeError(f"fragment {name!r} includes itself: {' -> '.join(including)}")
+        if name not in rendered:
+            text = texts[name]
+            parts = {field: render(field, (*including, name))
+                     for _, field, _, _ in string.Formatter().parse(text)
+                     if field in texts}
+            rendered[name] = sql.SQL(text).format(schema=schema, **parts)
+        return rendered[name]
+
+    for name in texts:
+        render(name, ())
+    return rendered
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,34 +1,91 @@
 -- Producing: adding one-off jobs and recurring schedules.
 -- {schema} is the quoted schema identifier; every value is a bound parameter.
 
+-- Adding jobs is four statements built from the fragments below: a batch
+-- sends each column as one typed array, a single job as scalars (a fifth of
+-- the server time of a batch of one: no set-returning functions to run); and
+-- a job with an idempotency or singleton key needs ON CONFLICT, which the
+-- common keyless job does without.
+--
+-- An entry's retry, expiry and timeout fall back to the queue's defaults,
+-- then to the built-in ones, and the job stores the resolved values, so later
+-- changes to a queue's defaults do not rewrite jobs already queued. Retention
+-- is the exception: it stays NULL unless the job sets it, and is resolved
+-- when pruning. A queue paused with mode 'all' takes nothing and reports it
+-- in a 'paused' row. The queue's row is created on first use.
+
 -- name: add_jobs
--- Adds a batch in one statement (add_job is a batch of one). An entry's retry,
--- expiry and timeout fall back to the queue's defaults, then to the built-in
--- ones, and the job stores the resolved values, so later changes to a queue's
--- defaults do not rewrite jobs already queued. Retention is the exception: it
--- stays NULL unless the job sets it, and is resolved when pruning. A duplicate idempotency or singleton key is
--- skipped by ON CONFLICT DO NOTHING rather than raised: a unique violation
--- would abort the caller's transaction. The caller looks up the winners of
--- skipped entries afterwards (find_conflicts). A queue paused with mode 'all'
--- takes nothing and reports it in a 'paused' row. The queue's row is created
--- on first use; the NOT EXISTS keeps that a read on every later add.
-WITH {create_queue_on_first_use},
+WITH {create_queue_on_first_use}, {queue_defaults}, {entries_from_arrays},
+{insert_entries}
+{keyed_insert_end}
+
+-- name: add_job
+WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
+{insert_entries}
+{keyed_insert_end}
+
+-- name: add_unkeyed_jobs
+WITH {create_queue_on_first_use}, {queue_defaults}, {entries_from_arrays},
+{insert_entries}
+{unkeyed_insert_end}
+
+-- name: add_unkeyed_job
+WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
+{insert_entries}
+{unkeyed_insert_end}
+
+-- fragment: queue_defaults
 defaults AS (
     SELECT * FROM {schema}.queue WHERE name = %(queue)s
-),
+)
+
+-- fragment: entries_from_arrays
+-- One array per column, in entry order; an option no entry sets comes as an
+-- empty array.
 entries AS (
-    -- data is taken with -> rather than from the record: jsonb_to_record turns
-    -- a JSON null payload into SQL NULL, which the NOT NULL column rejects
-    SELECT e.ord, e.entry -> 'data' AS payload, r.*
-    FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e (entry, ord)
-    CROSS JOIN LATERAL jsonb_to_record(e.entry) AS r (
-        id uuid, priority integer, start_after_seconds integer,
-        max_attempts integer, retry_delay_seconds integer, backoff_strategy text,
-        backoff_factor double precision, backoff_max_delay_seconds integer,
-        backoff_jitter boolean, expire_in_seconds integer, retention_ttl_seconds integer,
-        timeout_seconds integer, preferred_instance_key_pattern text,
-        idempotency_key text, singleton_key text, group_id text, attrs jsonb)
-),
+    -- ROWS FROM zips the columns by position, padding short ones with NULLs.
+    -- The data comes as one JSON array: one jsonb parse for the batch, and
+    -- a JSON null payload stays a jsonb null (the column is NOT NULL).
+    SELECT * FROM ROWS FROM (
+        unnest(%(id)s::uuid[]), jsonb_array_elements(%(data)s::jsonb),
+        unnest(%(priority)s::integer[]), unnest(%(start_after_seconds)s::integer[]),
+        unnest(%(max_attempts)s::integer[]), unnest(%(retry_delay_seconds)s::integer[]),
+        unnest(%(backoff_strategy)s::text[]), unnest(%(backoff_factor)s::double precision[]),
+        unnest(%(backoff_max_delay_seconds)s::integer[]), unnest(%(backoff_jitter)s::boolean[]),
+        unnest(%(expire_in_seconds)s::integer[]), unnest(%(retention_ttl_seconds)s::integer[]),
+        unnest(%(timeout_seconds)s::integer[]),
+        unnest(%(preferred_instance_key_pattern)s::text[]),
+        unnest(%(idempotency_key)s::text[]), unnest(%(singleton_key)s::text[]),
+        unnest(%(group_id)s::text[]), unnest(%(attrs)s::jsonb[])
+    ) WITH ORDINALITY AS e (
+        id, payload, priority, start_after_seconds, max_attempts, retry_delay_seconds,
+        backoff_strategy, backoff_factor, backoff_max_delay_seconds, backoff_jitter,
+        expire_in_seconds, retention_ttl_seconds, timeout_seconds,
+        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs, ord)
+)
+
+-- fragment: entry_from_scalars
+-- The same columns as entries_from_arrays, for one job.
+entries AS (
+    SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, %(priority)s::integer AS priority,
+           %(start_after_seconds)s::integer AS start_after_seconds,
+           %(max_attempts)s::integer AS max_attempts,
+           %(retry_delay_seconds)s::integer AS retry_delay_seconds,
+           %(backoff_strategy)s::text AS backoff_strategy,
+           %(backoff_factor)s::double precision AS backoff_factor,
+           %(backoff_max_delay_seconds)s::integer AS backoff_max_delay_seconds,
+           %(backoff_jitter)s::boolean AS backoff_jitter,
+           %(expire_in_seconds)s::integer AS expire_in_seconds,
+           %(retention_ttl_seconds)s::integer AS retention_ttl_seconds,
+           %(timeout_seconds)s::integer AS timeout_seconds,
+           %(preferred_instance_key_pattern)s::text AS preferred_instance_key_pattern,
+           %(idempotency_key)s::text AS idempotency_key,
+           %(singleton_key)s::text AS singleton_key, %(group_id)s::text AS group_id,
+           %(attrs)s::jsonb AS attrs, 1::bigint AS ord
+)
+
+-- fragment: insert_entries
+-- The INSERT of the entries, up to its conflict handling.
 inserted AS (
     INSERT INTO {schema}.job AS j (
         id, queue, data, priority, start_after,
@@ -37,15 +94,15 @@ inserted AS (
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs)
     SELECT
-        e.id, %(queue)s, e.payload, e.priority,
-        now() + make_interval(secs => e.start_after_seconds),
+        e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
+        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
         {resolved_retry_policy},
         coalesce(e.expire_in_seconds, d.expire_in_seconds),
         -- expiry bounds the wait from eligibility, so a delayed job cannot
         -- expire before it could ever start
         -- (summed as bigint: each may be up to 2^31 - 1, and an integer
         -- overflow here would abort a caller's transaction)
-        now() + make_interval(secs => e.start_after_seconds::bigint
+        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::bigint
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
@@ -55,6 +112,12 @@ inserted AS (
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
+
+-- fragment: keyed_insert_end
+-- A duplicate idempotency or singleton key is skipped by ON CONFLICT DO
+-- NOTHING rather than raised: a unique violation would abort the caller's
+-- transaction. The caller looks up the winners of skipped entries afterwards
+-- (find_conflicts).
     -- Rows are inserted in key order, not entry order: a duplicate key waits
     -- for the transaction that inserted it, so two batches naming the same
     -- keys in different orders would each wait for the other (deadlock, one
@@ -63,10 +126,25 @@ inserted AS (
     ON CONFLICT DO NOTHING
     RETURNING j.id, j.status, j.start_after
 )
--- id as text: the entry's own id (uuid7's canonical text) matches it as is.
+-- id as text: the entry's own id (UUIDv7's canonical text) matches it as is.
 SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after FROM inserted
 UNION ALL
-SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz FROM defaults WHERE paused = 'all';
+SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz FROM defaults WHERE paused = 'all'
+
+-- fragment: unkeyed_insert_end
+-- No entry has a key: nothing can conflict but a UUIDv7 collision (74 random
+-- bits), which should fail loudly anyway. So the insert skips ON CONFLICT,
+-- whose speculative insertion probes every unique index first and writes an
+-- extra WAL record per row (about a fifth of a batch's time), and the sort
+-- that only orders keys. Every entry is inserted pending, at now() plus its
+-- delay, so one row says so rather than a row per job: the caller checks the
+-- count and works out each start_after from now(). The row also says whether
+-- the queue refused the jobs, being paused for adds.
+    RETURNING j.id
+)
+SELECT count(*) AS added, now() AS now,
+       coalesce((SELECT paused = 'all' FROM defaults), false) AS paused
+FROM inserted
 
 -- name: find_conflicts
 -- The rows that won against skipped entries: an idempotency key holds for as

@@ -23,6 +23,7 @@ from portqueue import (
     DeduplicationReason,
     JobStatus,
     PortQueue,
+    PortQueueError,
     Retention,
     RetryPolicy,
     Schedule,
@@ -636,6 +637,75 @@ def test_add_jobs_dedups_against_existing_jobs(client: Any, db: Db, schema: str)
     assert results[1].deduplicated and results[1].job_id == existing.job_id
     assert results[2].deduplicated and results[2].job_id == held.job_id
     assert count_jobs(db, schema) == 3
+
+
+# Awkward payloads for the batch's one JSON array and its per-column arrays:
+# JSON null (not SQL NULL), the text "NULL" (an unquoted NULL in an array
+# literal), quotes, backslashes, braces and commas (array-literal syntax).
+AWKWARD_DATA = [None, "NULL", "null", 'a"b\\c', "{x,y}", [None, "", {}], 0, -1.5, "ü✓", {}]
+
+
+def test_add_jobs_each_entry_keeps_its_own_options_and_data(
+    client: Any, db: Db, schema: str
+) -> None:
+    # Only some entries set each option: the others must take the defaults,
+    # not a neighbour's value, and each row its own data.
+    entries: list[dict[str, Any]] = [{"data": data} for data in AWKWARD_DATA]
+    entries[1]["priority"] = 7
+    entries[3]["group_id"] = "g,\"{}"
+    entries[3]["schedule"] = {"start_after_seconds": 30}
+    entries[6]["retry"] = RetryPolicy(max_attempts=3, backoff=Backoff(
+        strategy=BackoffStrategy.EXPONENTIAL, factor=2))
+    entries[8]["retry"] = {"max_attempts": 2, "backoff": {"strategy": "linear", "factor": 1.5}}
+    entries[9]["timeout_seconds"] = 9
+    results = client.add_jobs(queue="emails", jobs=entries)
+    for entry, result in zip(entries, results, strict=True):
+        row = job_row(db, schema, result.job_id)
+        assert row["data"] == entry["data"] and type(row["data"]) is type(entry["data"])
+        assert row["priority"] == entry.get("priority", 0)
+        assert row["group_id"] == entry.get("group_id")
+        assert row["timeout_seconds"] == entry.get("timeout_seconds")
+        assert row["start_after"] == result.start_after
+    rows = [job_row(db, schema, r.job_id) for r in results]
+    assert rows[3]["start_after"] - rows[3]["created_at"] == timedelta(seconds=30)
+    assert [(r["max_attempts"], r["backoff_strategy"], r["backoff_factor"]) for r in rows] == [
+        (1, "fixed", 2.0)] * 6 + [(3, "exponential", 2.0), (1, "fixed", 2.0),
+                                  (2, "linear", 1.5), (1, "fixed", 2.0)]
+
+
+def test_a_batch_with_one_keyed_entry_dedups_it_and_adds_the_rest(
+    client: Any, db: Db, schema: str
+) -> None:
+    first = client.add_job(queue="emails", data="old", idempotency_key="k")
+    results = client.add_jobs(queue="emails", jobs=[
+        {"data": i} for i in range(5)] + [{"data": "new", "idempotency_key": "k"}])
+    assert [r.deduplicated for r in results] == [False] * 5 + [True]
+    assert results[5].job_id == first.job_id
+    assert count_jobs(db, schema) == 6
+
+
+def test_a_row_dropped_by_a_foreign_trigger_fails_the_whole_add(
+    client: Any, db: Db, schema: str
+) -> None:
+    # A BEFORE INSERT trigger of the application's that returns NULL makes the
+    # INSERT skip the row silently; the add must not report it as added.
+    db.execute(sql.SQL("""
+        CREATE FUNCTION {schema}.drop_marked() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RETURN CASE WHEN NEW.data = '"drop"' THEN NULL ELSE NEW END; END $$;
+        CREATE TRIGGER drop_marked BEFORE INSERT ON {schema}.job
+            FOR EACH ROW EXECUTE FUNCTION {schema}.drop_marked()""").format(
+        schema=sql.Identifier(schema)))
+    try:
+        with pytest.raises(PortQueueError, match="1 inserted"):
+            client.add_jobs(queue="emails", jobs=[{"data": "keep"}, {"data": "drop"}])
+        assert count_jobs(db, schema) == 0, "the batch is one transaction: nothing is left"
+        with pytest.raises(PortQueueError, match="0 inserted"):
+            client.add_job(queue="emails", data="drop")
+        assert client.add_job(queue="emails", data="keep").status is JobStatus.PENDING
+        assert count_jobs(db, schema) == 1
+    finally:
+        db.execute(sql.SQL("DROP FUNCTION {}.drop_marked() CASCADE").format(
+            sql.Identifier(schema)))
 
 
 def test_add_jobs_rejects_recurring_entries(client: Any, db: Db, schema: str) -> None:
