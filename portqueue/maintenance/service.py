@@ -73,7 +73,10 @@ class Service:
         raise NotImplementedError
 
     async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Take this service's lock for the transaction; False if another process has it."""
+        """Take this service's lock for the transaction; False if another process has it.
+
+        ``conn`` must be in a transaction (the worker pool's connections are
+        autocommit): the lock and the statement timeout last until it ends."""
         (lock,) = await execute_async(conn, self.q(
             "try_maintenance_lock", key=lock_key(self.settings.schema, self.name)))
         if not lock["acquired"]:
@@ -96,7 +99,7 @@ class BatchService(Service):
         """One pass, if no other process is running this service now."""
         total = 0
         while True:
-            async with self.pool.connection() as conn:
+            async with self.pool.connection() as conn, conn.transaction():
                 if not await self.begin(conn):
                     return total
                 # Pause points for the fault tests (a no-op otherwise): the

@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from portqueue import operations
 from portqueue.availability import is_unavailable, session_lost
-from portqueue.driver import Rows, execute_async, execute_sync
+from portqueue.driver import execute_async, execute_sync
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.metrics import hooks
 from portqueue.queries import Query
@@ -65,14 +65,6 @@ HANDLER_UNWIND_SECONDS = 5.0
 # server to cancel it): a black-holed connection is replaced within about
 # 4/3 of this plus 5 s, instead of being waited on forever.
 LISTEN_HEALTH_SECONDS = 15.0
-
-
-async def _transactional(conn: psycopg.AsyncConnection[Any]) -> None:
-    """The worker pool's reset: every connection it lends is transactional,
-    whatever the borrower before switched. The maintenance services rely on
-    it (transaction-scoped advisory locks, SET LOCAL)."""
-    if not conn.closed and conn.autocommit:
-        await conn.set_autocommit(False)
 
 
 def _runner_task(loop: asyncio.AbstractEventLoop,
@@ -160,8 +152,11 @@ class Worker:
         self.pool = AsyncConnectionPool(
             # Claims, the completer, event reads and the maintenance services;
             # handlers never use it, so none of these can be starved by them.
-            self.settings.dsn, min_size=2, max_size=8, open=False, reset=_transactional,
-            kwargs=self.settings.connection_kwargs("worker"), name="portqueue:worker")
+            # Autocommit: claims and completions are single statements, one
+            # round trip each; what needs a transaction opens one.
+            self.settings.dsn, min_size=2, max_size=8, open=False,
+            kwargs={**self.settings.connection_kwargs("worker"), "autocommit": True},
+            name="portqueue:worker")
         await self.pool.open(wait=True, timeout=30)
         await self._execute(*[self.q("upsert_queue", **spec.queue_row())
                               for spec in self.queues.values()])
@@ -309,17 +304,9 @@ class Worker:
         """Run queries in one transaction on a worker connection (never a handler's)."""
         async with self.pool.connection() as conn:
             if len(queries) == 1:
-                return [await self._execute_alone(conn, queries[0])]
-            return [await execute_async(conn, query) for query in queries]
-
-    @staticmethod
-    async def _execute_alone(conn: psycopg.AsyncConnection[Any], query: Query) -> Rows:
-        """One statement in autocommit: one round trip instead of BEGIN, the
-        statement, COMMIT (claims and completions are single statements, and
-        their latency is the worker's). The pool's reset (``_transactional``)
-        switches it back when the connection is returned."""
-        await conn.set_autocommit(True)
-        return await execute_async(conn, query)
+                return [await execute_async(conn, queries[0])]
+            async with conn.transaction():
+                return [await execute_async(conn, query) for query in queries]
 
     async def _check_pool_after(self, error: BaseException) -> bool:
         """After a restart, a failover or terminated sessions, the pool's idle

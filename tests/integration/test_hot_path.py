@@ -16,10 +16,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
-from psycopg import pq
+import pytest
+from psycopg import pq, sql
 from psycopg.rows import dict_row
 
 from portqueue import AsyncPortQueue, PortQueue
+from portqueue.maintenance import maintenance_services
 from portqueue.queries import Query, queries_for
 from tests.conftest import count_jobs
 
@@ -102,13 +104,12 @@ def test_a_plain_add_leaves_no_transaction_open(pq: PortQueue, db: Db, schema: s
 
 
 
-async def test_the_worker_pool_lends_transactional_connections(
+async def test_the_worker_pool_runs_one_statement_alone_and_several_in_one_transaction(
     apq_factory: Callable[..., AsyncPortQueue], db: Db, schema: str,
 ) -> None:
-    """Claims and completions run in autocommit on the worker's pool, which the
-    maintenance services share and which rely on transactions (advisory
-    xact locks, SET LOCAL): the pool's reset hands every connection out
-    transactional again, even one returned right after a single statement."""
+    """The worker's pool is autocommit, so a claim or a completion is one round
+    trip; statements sent together (and the maintenance services' passes,
+    which open their own) share one transaction, and none is left open."""
     apq = apq_factory(pool_max_size=2)
     done = asyncio.Event()
 
@@ -116,18 +117,27 @@ async def test_the_worker_pool_lends_transactional_connections(
     async def handle(job: Any) -> None:
         done.set()
 
-    await apq.start(maintenance=False, scheduler=False)
+    await apq.start(maintenance=True, scheduler=False)
     try:
         await apq.add_job(queue="hot", data={"n": 1})
         await asyncio.wait_for(done.wait(), 30)
         assert apq._host is not None
         worker = apq._host.worker
-        await worker._execute(queries_for(schema)("unregister_worker", id=str(uuid.uuid4())))
-        for _ in range(worker.pool.get_stats().get("pool_size", 2) + 1):
-            async with worker.pool.connection() as conn:
-                assert not conn.autocommit
-                await conn.execute("SELECT 1")
-                assert conn.info.transaction_status == pq.TransactionStatus.INTRANS
+        spec = next(iter(worker.queues.values()))
+        write = queries_for(schema)("upsert_queue", **{**spec.queue_row(), "queue": "half"})
+        with pytest.raises(psycopg.errors.DivisionByZero):
+            await worker._execute(write, Query("fails", "SELECT 1 / 0", {}))
+        assert db.execute(sql.SQL("SELECT count(*) FROM {}.queue WHERE name = 'half'").format(
+            sql.Identifier(schema))).fetchone() == (0,), "the first statement was rolled back"
+        await worker._execute(write)
+        assert db.execute(sql.SQL("SELECT count(*) FROM {}.queue WHERE name = 'half'").format(
+            sql.Identifier(schema))).fetchone() == (1,), "one statement commits alone"
+        for service in maintenance_services(worker.settings, worker.pool):
+            await service.run_once()
+        states = db.execute(
+            "SELECT state FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'portqueue:worker'").fetchall()
+        assert states and all(state == "idle" for (state,) in states), states
     finally:
         await apq.stop()
         await apq.aclose()
