@@ -17,7 +17,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import pq, sql
+from psycopg import sql
 from psycopg.rows import dict_row
 
 from portqueue import AsyncPortQueue, PortQueue
