@@ -1,9 +1,10 @@
 """The ``tx=`` conformance suite: every adapter of ``portqueue.tx`` passes the same tests.
 
 Each behaviour is written once against a caller's transaction
-(``tests/support/tx_adapters.py``) and runs for all seven adapters: psycopg
-``Connection`` and ``AsyncConnection``; SQLAlchemy ``Session``, ``Connection``,
-``AsyncSession`` and ``AsyncConnection``; Django's ``atomic()``. Sync adapters
+(``tests/support/tx_adapters.py``) and runs for all eight adapters: psycopg
+``Connection`` and ``AsyncConnection``; SQLAlchemy ``Session`` (on psycopg and on
+psycopg2), ``Connection``, ``AsyncSession`` and ``AsyncConnection``; Django's
+``atomic()``. Sync adapters
 go through ``PortQueue``, async ones through ``AsyncPortQueue``. The contract
 (SPEC §6): a job exists if and only if the caller's transaction commits;
 portqueue never commits or rolls it back; the NOTIFY that wakes workers is
@@ -340,9 +341,20 @@ def test_every_method_joins_the_callers_transaction(
         client.add_job(queue=QUEUE, data={}, tx=tx)
     assert client.resume_queue(queue="paused", tx=tx).paused is None
     # The batch's tx, given for the call or named by every entry.
-    added = client.add_jobs(queue="new", jobs=[{"data": 1}], tx=tx)
+    # The first is a batch: its options travel as arrays, bound by each
+    # driver its own way (psycopg on the server, psycopg2 in the client).
+    added = client.add_jobs(queue="new", jobs=[
+        {"data": 1},
+        {"data": "NULL", "priority": 5, "group_id": "g,{}",
+         "retry": {"max_attempts": 2, "backoff": {"strategy": "exponential", "factor": 1.5}}},
+    ], tx=tx)
     added += client.add_jobs(queue="new", jobs=[{"data": 2, "tx": tx}])
-    assert [result.status for result in added] == [JobStatus.PENDING] * 2
+    assert [result.status for result in added] == [JobStatus.PENDING] * 3
+    batched = client.get_job(job_id=added[1].job_id, tx=tx)
+    assert batched is not None and (batched.data, batched.priority, batched.group_id) == (
+        "NULL", 5, "g,{}")
+    assert (batched.retry.max_attempts, batched.retry.backoff.factor) == (2, 1.5)
+    assert batched.start_after == added[1].start_after
 
     # Reads through tx see the transaction's own, uncommitted work.
     snapshot = client.get_job(job_id=added[0].job_id, tx=tx)
@@ -351,7 +363,7 @@ def test_every_method_joins_the_callers_transaction(
     assert cancelled is not None and cancelled.status is JobStatus.CANCELLED
     assert client.get_job(job_id=to_remove, tx=tx) is None
     page = client.get_jobs(queue="new", tx=tx)
-    assert page.total == 2
+    assert page.total == 3
     assert {item.job_id for item in page.items} == {result.job_id for result in added}
     stats = client.get_queue_stats(queue=QUEUE, tx=tx)
     assert stats.paused is PauseMode.ALL
@@ -377,6 +389,7 @@ def test_every_method_joins_the_callers_transaction(
             to_retry: "pending",
             added[0].job_id: "pending",
             added[1].job_id: "pending",
+            added[2].job_id: "pending",
         },
         "schedules": set(),
         "queues": {QUEUE: PauseMode.ALL.value, "paused": None, "new": None},

@@ -252,9 +252,11 @@ class _SqlalchemySync(CallerTransaction):
     is_async = False
     owner: Any
 
+    drivername = "postgresql+psycopg"
+
     def __init__(self, pg_dsn: str, schema: str) -> None:
         super().__init__(pg_dsn, schema)
-        self.engine = create_engine(sqlalchemy_url(pg_dsn), poolclass=NullPool)
+        self.engine = create_engine(sqlalchemy_url(pg_dsn, self.drivername), poolclass=NullPool)
         self.owner = self._open_owner()
         self._tx = from_sqlalchemy(self.owner)
 
@@ -309,6 +311,13 @@ class SqlalchemyConnection(_SqlalchemySync):
 
     def write_order(self, order_id: str) -> None:
         self.owner.execute(insert(orders_table).values(id=order_id))
+
+
+class SqlalchemyPsycopg2Session(SqlalchemySession):
+    """A Session on psycopg2, which binds parameters in the client, not the server."""
+
+    name = "sqlalchemy-psycopg2-session"
+    drivername = "postgresql+psycopg2"
 
 
 class _SqlalchemyAsync(CallerTransaction):
@@ -445,6 +454,7 @@ HARNESSES: dict[str, type[CallerTransaction]] = {
         PsycopgSync,
         PsycopgAsync,
         SqlalchemySession,
+        SqlalchemyPsycopg2Session,
         SqlalchemyConnection,
         SqlalchemyAsyncSession,
         SqlalchemyAsyncConnection,
