@@ -583,12 +583,7 @@ class JobSpec(NamedTuple):
 
         An option left to the queue's default (or, for priority and delay, to
         0) is absent: add_jobs sends a column only when some entry sets it."""
-        if (self.retry is None and not self.attrs and not self.priority
-                and not self.start_after_seconds and self.expire_in_seconds is None
-                and self.retention_ttl_seconds is None and self.timeout_seconds is None
-                and self.preferred_instance_key_pattern is None
-                and self.idempotency_key is None and self.singleton_key is None
-                and self.group_id is None):
+        if self[2:] == _DEFAULT_OPTIONS:
             return {}  # the common entry (this runs for every job added)
         values: dict[str, Any] = {
             "priority": self.priority or None,
@@ -606,6 +601,10 @@ class JobSpec(NamedTuple):
         if self.attrs:
             values["attrs"] = json.dumps(dict(self.attrs), ensure_ascii=False)
         return {column: value for column, value in values.items() if value is not None}
+
+
+# A JobSpec's options when only data is given: every field after id and data at its default.
+_DEFAULT_OPTIONS = JobSpec("", "")[2:]
 
 
 def retry_columns(retry: RetryPolicy) -> dict[str, Any]:
