@@ -95,39 +95,44 @@ FROM candidates AS c
 -- merge join over the whole table. Naming the claimed ids as an array pins
 -- the join to primary-key lookups: the claim costs what it claims.
 WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM candidates))
-RETURNING j.id, j.queue, j.status::text AS status, j.data::text AS data, j.attempt,
-          j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
+-- Text, not uuid or jsonb: the worker passes ids and data on as they come,
+-- and decoding them into objects per row is most of what reading a claim costs.
+RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data,
+          j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
           j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
-          j.backoff_max_delay_seconds, j.backoff_jitter, j.start_after,
+          j.backoff_max_delay_seconds, j.backoff_jitter,
           j.cancel_requested_at IS NOT NULL AS cancel_requested,
-          extract(epoch FROM now() - j.start_after)::double precision AS waited_seconds,
           j.attrs ->> 'traceparent' AS traceparent;
 
 -- name: complete_jobs
 -- Fenced, batched completions. status is 'completed', or 'cancelled' for a
 -- handler that returned after its cancel signal. Entries may omit progress
--- and attrs (NULL: nothing new to write).
+-- and attrs (NULL: nothing new to write). The result is one row: the ids
+-- completed, as one array, so reading it costs no row per job.
 WITH d AS MATERIALIZED (
     SELECT *
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
                                                     output jsonb, progress double precision,
                                                     attrs jsonb)
+),
+completed AS (
+    UPDATE {schema}.job AS j
+    SET status = d.status::{schema}.job_status,
+        output = d.output,
+        finished_at = now(),
+        lease_expires_at = NULL,
+        progress = coalesce(d.progress, j.progress),
+        attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END
+    FROM d
+    -- Pinned to the primary key, so a completion costs what it completes: the
+    -- planner cannot size the recordset and would otherwise scan job_lease_idx
+    -- (every running job, and every completed one not yet vacuumed away). The
+    -- status is compared as text so that partial index's predicate cannot match.
+    WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
+      AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
+    RETURNING j.id
 )
-UPDATE {schema}.job AS j
-SET status = d.status::{schema}.job_status,
-    output = d.output,
-    finished_at = now(),
-    lease_expires_at = NULL,
-    progress = coalesce(d.progress, j.progress),
-    attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END
-FROM d
--- Pinned to the primary key, so a completion costs what it completes: the
--- planner cannot size the recordset and would otherwise scan job_lease_idx
--- (every running job, and every completed one not yet vacuumed away). The
--- status is compared as text so that partial index's predicate cannot match.
-WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
-  AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
-RETURNING j.id::text AS id;
+SELECT coalesce(array_agg(id::text), '{{}}') AS ids FROM completed;
 
 -- name: fail_jobs
 -- Fenced, batched failures. The worker decides retry and delay (the job's

@@ -114,9 +114,16 @@ class ClaimedJob(Protocol):
     def traceparent(self) -> str | None: ...
 
 
-def running(claimed: ClaimedJob) -> contextlib.AbstractContextManager[None]:
-    """The span a handler runs in; nothing at all without a tracer that records."""
-    if not (tracing.TRACING and tracing.recording()):
+def tracing_on() -> bool:
+    """Whether a tracer records now. The worker asks once per claim, not per
+    job: without a configured provider, OpenTelemetry reads the environment
+    on every call."""
+    return tracing.TRACING and tracing.recording()
+
+
+def running(claimed: ClaimedJob, traced: bool) -> contextlib.AbstractContextManager[None]:
+    """The span a handler runs in; nothing at all unless ``traced`` (``tracing_on()``)."""
+    if not traced:
         return _UNTRACED
     return tracing.run_span(claimed.queue, claimed.id, claimed.attempt, claimed.traceparent)
 

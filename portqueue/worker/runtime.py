@@ -345,8 +345,9 @@ class Worker:
                         if self._stopping:
                             return
                         claimed, claimed_per_queue = await self._claim(free)
+                        traced = hooks.tracing_on()
                         for row in claimed:
-                            self._start(row)
+                            self._start(row, traced)
                         if claimed:
                             # One event (and one snapshot read) per claim, not per job.
                             self._emit_later("job_started", [c.id for c in claimed])
@@ -394,15 +395,19 @@ class Worker:
             started.append(Claimed.from_row(row))
         return started, Counter(row["queue"] for row in rows)
 
-    def _start(self, claimed: Claimed) -> None:
+    def _start(self, claimed: Claimed, traced: bool) -> None:
         spec = self.queues[claimed.queue]
         state = SignalState()
         if claimed.cancel_requested:
             state.set("cancelled")
-        running = Running(claimed, spec, state, JobReport(self._touch_soon))
+        running = Running(claimed, spec, state, JobReport(self._touch_soon), traced)
         self.running[claimed.id] = running
         self._per_queue[claimed.queue] += 1
         task = _runner_task(self.loop, self._run(running))
+        if task.done():
+            # Finished eagerly, here: nothing to keep or cancel, and a done
+            # callback on a done task would cost two trips through the loop.
+            return
         self._runners.add(task)
         task.add_done_callback(self._runners.discard)
         if spec.is_async and self._timeout(running) is None:
@@ -491,7 +496,7 @@ class Worker:
         job = Job(connect=self._sync_connection, **self._job_fields(running))
         running.job = job
         try:
-            with hooks.running(running.claimed):  # the run span, when tracing
+            with hooks.running(running.claimed, running.traced):  # the run span, when tracing
                 result = running.spec.handler(job)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never left active
             job.close_transaction(commit=False)
@@ -500,20 +505,21 @@ class Worker:
         if job.open_transaction is None or not isinstance(outcome, Completion):
             job.close_transaction(commit=False)
             return outcome
-        rows = []
+        completed = False
         try:
-            rows = execute_sync(job.open_transaction, self._complete_query([outcome]))
-            job.close_transaction(commit=bool(rows))
+            (row,) = execute_sync(job.open_transaction, self._complete_query([outcome]))
+            completed = bool(row["ids"])
+            job.close_transaction(commit=completed)
         except BaseException as exc:
             job.close_transaction(commit=False)
-            return unsettled(running, outcome, exc, committing=bool(rows))
-        return Settled(running, completed=bool(rows), status=outcome.status)
+            return unsettled(running, outcome, exc, committing=completed)
+        return Settled(running, completed=completed, status=outcome.status)
 
     async def _invoke_async(self, running: Running) -> Outcome:
         job = AsyncJob(connect=self._async_connection, **self._job_fields(running))
         running.job = job
         try:
-            with hooks.running(running.claimed):
+            with hooks.running(running.claimed, running.traced):
                 result = await running.spec.handler(job)
         except BaseException as exc:  # CancelledError included: recorded, never left active
             await job.close_transaction(commit=False)
@@ -522,14 +528,15 @@ class Worker:
         if job.open_transaction is None or not isinstance(outcome, Completion):
             await job.close_transaction(commit=False)
             return outcome
-        rows = []
+        completed = False
         try:
-            rows = await execute_async(job.open_transaction, self._complete_query([outcome]))
-            await job.close_transaction(commit=bool(rows))
+            (row,) = await execute_async(job.open_transaction, self._complete_query([outcome]))
+            completed = bool(row["ids"])
+            await job.close_transaction(commit=completed)
         except BaseException as exc:
             await job.close_transaction(commit=False)
-            return unsettled(running, outcome, exc, committing=bool(rows))
-        return Settled(running, completed=bool(rows), status=outcome.status)
+            return unsettled(running, outcome, exc, committing=completed)
+        return Settled(running, completed=completed, status=outcome.status)
 
     def _sync_connection(self) -> contextlib.AbstractContextManager[psycopg.Connection[Any]]:
         # Created on first use, from a handler thread: only handlers use it.
@@ -651,7 +658,9 @@ class Worker:
             jobs = "[" + ",".join(f.as_json() for f in failures) + "]"
             queries.append(self.q("fail_jobs", jobs=jobs))
         results = await self._execute(*queries) if queries else []
-        written = {str(row["id"]) for rows in results for row in rows}
+        written = set(results[0][0]["ids"]) if completions else set()
+        if failures:
+            written.update(str(row["id"]) for row in results[-1])
         written.update(
             o.running.claimed.id for o in batch if isinstance(o, Settled) and o.completed)
         missing = [c for c in completions if c.running.claimed.id not in written]

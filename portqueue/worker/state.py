@@ -25,7 +25,6 @@ class Claimed:
     lease_token: int
     timeout_seconds: int | None
     cancel_requested: bool
-    waited_seconds: float
     # The claim's row: its retry columns are decoded only when an attempt
     # fails (see ``retry``), not for every job claimed.
     row: Mapping[str, Any] = field(repr=False, compare=False)
@@ -41,7 +40,7 @@ class Claimed:
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Claimed:
         return cls(
-            id=str(row["id"]),
+            id=row["id"],
             queue=row["queue"],
             data_json=row["data"],
             attempt=row["attempt"],
@@ -50,7 +49,6 @@ class Claimed:
             lease_token=row["lease_token"],
             timeout_seconds=row["timeout_seconds"],
             cancel_requested=row["cancel_requested"],
-            waited_seconds=row["waited_seconds"],
             row=row,
             traceparent=row.get("traceparent"),
         )
@@ -62,6 +60,7 @@ class Running:
     spec: QueueSpec
     state: SignalState
     report: JobReport
+    traced: bool = False  # a run span is opened (hooks.tracing_on() at claim)
     job: Job | AsyncJob | None = None
     # Set once an outcome for this attempt is decided (written, timed out,
     # released, lease lost): any later outcome of the handler is dropped.

@@ -95,9 +95,10 @@ def write_effect_and_complete(pq: PortQueue, conn: psycopg.Connection[Any], job_
     effect, then the fenced completion (attempt 1, token 1). Rows completed."""
     conn.execute("INSERT INTO faults.effect (job_id, attempt, pid) VALUES (%s, 1, %s)",
                  [job_id, os.getpid()])
-    return len(execute_sync(conn, pq._settings.queries("complete_jobs", jobs=json.dumps([{
+    (row,) = execute_sync(conn, pq._settings.queries("complete_jobs", jobs=json.dumps([{
         "id": job_id, "lease_token": 1, "status": "completed",
-        "output": {"pid": os.getpid(), "attempt": 1}, "progress": None, "attrs": None}]))))
+        "output": {"pid": os.getpid(), "attempt": 1}, "progress": None, "attrs": None}])))
+    return len(row["ids"])
 
 
 def complete_in_job_transaction(pq: PortQueue, dsn: str, job_id: str) -> int:
