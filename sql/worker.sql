@@ -95,9 +95,11 @@ FROM candidates AS c
 -- merge join over the whole table. Naming the claimed ids as an array pins
 -- the join to primary-key lookups: the claim costs what it claims.
 WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM candidates))
--- Text, not uuid or jsonb: the worker passes ids and data on as they come,
--- and decoding them into objects per row is most of what reading a claim costs.
-RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data,
+-- The columns of portqueue.worker.state.Claimed, in its order: each row
+-- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
+-- ids and data on as they come, and decoding them per row into objects it
+-- does not need is most of what reading a claim costs.
+RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
           j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
           j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
           j.backoff_max_delay_seconds, j.backoff_jitter,

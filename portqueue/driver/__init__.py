@@ -14,11 +14,12 @@ from typing import Any, TypeVar
 
 import psycopg
 from psycopg import pq
-from psycopg.rows import RowMaker
+from psycopg.rows import AsyncRowFactory, RowMaker
 
 from portqueue.queries import Query
 
 T = TypeVar("T")
+R = TypeVar("R")
 Rows = list[dict[str, Any]]
 Operation = Generator[Query, Rows, T]
 
@@ -63,7 +64,13 @@ def execute_sync(conn: psycopg.Connection[Any], query: Query) -> Rows:
 
 
 async def execute_async(conn: psycopg.AsyncConnection[Any], query: Query) -> Rows:
-    cursor = conn.cursor(row_factory=_dict_rows)
+    return await fetch_async(conn, query, _dict_rows)
+
+
+async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,
+                      row_factory: AsyncRowFactory[R]) -> list[R]:
+    """As ``execute_async``, each row built by ``row_factory`` (the worker's claims)."""
+    cursor = conn.cursor(row_factory=row_factory)
     await cursor.execute(query.sql, query.params)
     return await cursor.fetchall() if _has_rows(cursor) else []
 
@@ -80,12 +87,19 @@ def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
     return result is not None and result.status == pq.ExecStatus.TUPLES_OK
 
 
-def _dict_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[dict[str, Any]]:
+def column_names(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> list[str]:
+    """The result's column names (none without a result)."""
     result = cursor.pgresult
     if result is None or result.status != pq.ExecStatus.TUPLES_OK:
-        return _no_row
+        return []
     encoding = cursor.connection.info.encoding
-    names = [(result.fname(index) or b"").decode(encoding) for index in range(result.nfields)]
+    return [(result.fname(index) or b"").decode(encoding) for index in range(result.nfields)]
+
+
+def _dict_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> RowMaker[dict[str, Any]]:
+    if not _has_rows(cursor):
+        return _no_row
+    names = column_names(cursor)
 
     def make_row(values: Sequence[Any]) -> dict[str, Any]:
         return dict(zip(names, values, strict=True))

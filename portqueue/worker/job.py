@@ -13,13 +13,16 @@ import json
 import math
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
 from portqueue import validation
 from portqueue.errors import InvalidArgument, PortQueueError
 from portqueue.worker.signal import AsyncSignal, SignalState, ThreadSignal
+
+if TYPE_CHECKING:  # state.py imports this module
+    from portqueue.worker.state import Claimed
 
 # Attrs are merged into a jsonb column on every touch; keep them small.
 MAX_ATTRS_BYTES = 64 * 1024
@@ -67,14 +70,13 @@ class JobReport:
 
 
 class _JobFields:
-    def __init__(self, *, job_id: str, queue: str, data: Any, attempt: int, max_attempts: int,
-                 group_id: str | None, report: JobReport) -> None:
-        self.id = job_id
-        self.queue = queue
-        self.data = data
-        self.attempt = attempt
-        self.max_attempts = max_attempts
-        self.group_id = group_id
+    def __init__(self, claimed: Claimed, report: JobReport) -> None:
+        self.id = claimed.id
+        self.queue = claimed.queue
+        self.data = json.loads(claimed.data_json)
+        self.attempt = claimed.attempt
+        self.max_attempts = claimed.max_attempts
+        self.group_id = claimed.group_id
         self._report = report
 
     def set_progress(self, value: float) -> None:
@@ -92,10 +94,10 @@ class _JobFields:
 class Job(_JobFields):
     """A sync handler's job. ``signal.is_set()`` / ``signal.wait(timeout)``."""
 
-    def __init__(self, *, state: SignalState,
-                 connect: Callable[[], contextlib.AbstractContextManager[psycopg.Connection[Any]]],
-                 **fields: Any) -> None:
-        super().__init__(**fields)
+    def __init__(self, claimed: Claimed, report: JobReport, state: SignalState,
+                 connect: Callable[[], contextlib.AbstractContextManager[psycopg.Connection[Any]]]
+                 ) -> None:
+        super().__init__(claimed, report)
         self.signal = ThreadSignal(state)
         self._connect = connect
         self.open_transaction: psycopg.Connection[Any] | None = None
@@ -137,11 +139,10 @@ class AsyncJob(_JobFields):
     """An async handler's job. ``signal.is_set()`` / ``await signal.wait()``."""
 
     def __init__(
-        self, *, state: SignalState,
+        self, claimed: Claimed, report: JobReport, state: SignalState,
         connect: Callable[[], contextlib.AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]],
-        **fields: Any,
     ) -> None:
-        super().__init__(**fields)
+        super().__init__(claimed, report)
         self.signal = AsyncSignal(state)
         self._connect = connect
         self.open_transaction: psycopg.AsyncConnection[Any] | None = None

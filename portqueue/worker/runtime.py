@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from portqueue import operations
 from portqueue.availability import is_unavailable, session_lost
-from portqueue.driver import execute_async, execute_sync
+from portqueue.driver import execute_async, execute_sync, fetch_async
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.metrics import hooks
 from portqueue.queries import Query
@@ -379,21 +379,24 @@ class Worker:
         """Claim up to the free slots; also how many rows each queue yielded
         (expired ones included: they used a slot of this claim)."""
         names = [name for name, slots in free.items() if slots > 0]
-        (rows,) = await self._execute(self.q(
+        query = self.q(
             "claim",
             queues=names,
             slots=[free[name] for name in names],
             lease_seconds=[self.queues[name].lease_seconds for name in names],
             instance_key=self.settings.instance_key,
             worker_id=self.id,
-        ))
+        )
+        async with self.pool.connection() as conn:
+            rows = await fetch_async(conn, query, Claimed.rows)
         started = []
-        for row in rows:
-            if row["status"] == "expired":
-                log.info("job %s on %r expired before it could start", row["id"], row["queue"])
+        for claimed in rows:
+            if claimed.status == "expired":
+                log.info("job %s on %r expired before it could start", claimed.id,
+                         claimed.queue)
                 continue
-            started.append(Claimed.from_row(row))
-        return started, Counter(row["queue"] for row in rows)
+            started.append(claimed)
+        return started, Counter(claimed.queue for claimed in rows)
 
     def _start(self, claimed: Claimed, traced: bool) -> None:
         spec = self.queues[claimed.queue]
@@ -484,16 +487,8 @@ class Worker:
         retired, self._threads = self._threads, self._thread_pool()
         retired.shutdown(wait=False)
 
-    def _job_fields(self, running: Running) -> dict[str, Any]:
-        claimed = running.claimed
-        return {
-            "job_id": claimed.id, "queue": claimed.queue, "data": json.loads(claimed.data_json),
-            "attempt": claimed.attempt, "max_attempts": claimed.max_attempts,
-            "group_id": claimed.group_id, "report": running.report, "state": running.state,
-        }
-
     def _invoke_sync(self, running: Running) -> Outcome:
-        job = Job(connect=self._sync_connection, **self._job_fields(running))
+        job = Job(running.claimed, running.report, running.state, self._sync_connection)
         running.job = job
         try:
             with hooks.running(running.claimed, running.traced):  # the run span, when tracing
@@ -516,7 +511,7 @@ class Worker:
         return Settled(running, completed=completed, status=outcome.status)
 
     async def _invoke_async(self, running: Running) -> Outcome:
-        job = AsyncJob(connect=self._async_connection, **self._job_fields(running))
+        job = AsyncJob(running.claimed, running.report, running.state, self._async_connection)
         running.job = job
         try:
             with hooks.running(running.claimed, running.traced):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
+import psycopg
+from psycopg.rows import RowMaker
+
+from portqueue.driver import column_names
 from portqueue.operations import retry_policy_of
 from portqueue.types import RetryPolicy
 from portqueue.worker.job import AsyncJob, Job, JobReport
@@ -14,44 +16,42 @@ from portqueue.worker.registry import QueueSpec
 from portqueue.worker.signal import SignalState
 
 
-@dataclass(frozen=True)
-class Claimed:
+class Claimed(NamedTuple):
+    """A claimed job: one row of the claim, its columns in this order (see
+    ``rows``), built as a tuple with no per-row dict or per-field setattr."""
+
     id: str
     queue: str
+    status: str  # 'active', or 'expired' for a job the claim found past its expire_at
     data_json: str
     attempt: int
     max_attempts: int
     group_id: str | None
     lease_token: int
     timeout_seconds: int | None
+    retry_delay_seconds: int
+    backoff_strategy: str
+    backoff_factor: float
+    backoff_max_delay_seconds: int | None
+    backoff_jitter: bool
     cancel_requested: bool
-    # The claim's row: its retry columns are decoded only when an attempt
-    # fails (see ``retry``), not for every job claimed.
-    row: Mapping[str, Any] = field(repr=False, compare=False)
     # The add span's trace context: the run span's parent (portqueue.metrics).
-    traceparent: str | None = None
+    traceparent: str | None
 
-    @functools.cached_property
+    @property
     def retry(self) -> RetryPolicy:
-        retry = retry_policy_of(dict(self.row))
+        """Decoded only when an attempt fails, not for every job claimed."""
+        retry = retry_policy_of(self._asdict())
         assert retry is not None, "a job always has max_attempts"
         return retry
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> Claimed:
-        return cls(
-            id=row["id"],
-            queue=row["queue"],
-            data_json=row["data"],
-            attempt=row["attempt"],
-            max_attempts=row["max_attempts"],
-            group_id=row["group_id"],
-            lease_token=row["lease_token"],
-            timeout_seconds=row["timeout_seconds"],
-            cancel_requested=row["cancel_requested"],
-            row=row,
-            traceparent=row.get("traceparent"),
-        )
+    def rows(cls, cursor: psycopg.AsyncCursor[Any]) -> RowMaker[Claimed]:
+        """The claim's row factory; its columns must be these fields, in order."""
+        names = tuple(column_names(cursor))
+        if names and names != cls._fields:
+            raise psycopg.ProgrammingError(f"the claim returned {names}, not {cls._fields}")
+        return cls._make
 
 
 @dataclass(eq=False)
