@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -103,6 +104,32 @@ def test_a_plain_add_leaves_no_transaction_open(pq: PortQueue, db: Db, schema: s
         "AND application_name = 'portqueue:client'").fetchall()
     assert states and all(state == "idle" for (state,) in states), states
 
+
+
+def test_a_client_used_one_call_at_a_time_keeps_to_one_connection(pq: PortQueue) -> None:
+    """psycopg_pool hands its idle connections out in turn. A pool that grew on
+    its first request (its first connection still being made) would send
+    every other add of a one-at-a-time producer to the colder of two
+    backends. It widens to pool_max_size once a connection has served, and
+    grows under concurrent use as before."""
+    for n in range(10):
+        pq.add_job(queue="hot", data={"n": n})
+    stats = pq._pool.get_stats()
+    assert (stats["pool_size"], stats["pool_max"]) == (1, 10), stats
+
+    held = threading.Barrier(3)
+
+    def hold_a_connection() -> None:
+        with pq._pool.connection():
+            held.wait(timeout=30)  # all three at once, or BrokenBarrierError
+
+    threads = [threading.Thread(target=hold_a_connection) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    hold_a_connection()
+    for thread in threads:
+        thread.join()
+    assert pq._pool.get_stats()["pool_size"] == 3
 
 
 async def test_the_worker_pool_runs_one_statement_alone_and_several_in_one_transaction(
