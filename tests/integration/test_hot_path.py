@@ -22,8 +22,10 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from portqueue import AsyncPortQueue, PortQueue
+from portqueue.driver import fetch_async
 from portqueue.maintenance import maintenance_services
 from portqueue.queries import Query, queries_for
+from portqueue.worker.state import Claimed
 from tests.conftest import count_jobs
 
 Db = psycopg.Connection[Any]
@@ -104,6 +106,20 @@ def test_a_plain_add_leaves_no_transaction_open(pq: PortQueue, db: Db, schema: s
         "AND application_name = 'portqueue:client'").fetchall()
     assert states and all(state == "idle" for (state,) in states), states
 
+
+
+async def test_the_claim_returns_claimeds_fields_in_order(pg_dsn: str, schema: str) -> None:
+    """The worker builds each claimed row straight into a Claimed tuple, so the
+    claim's RETURNING list is its field list; a claim returning anything else
+    is refused at once rather than read into the wrong fields."""
+    claim = queries_for(schema)(
+        "claim", queues=["hot"], slots=[1], lease_seconds=[60], instance_key=None,
+        worker_id=str(uuid.uuid4()))
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
+        assert await fetch_async(conn, claim, Claimed.rows) == []  # the columns checked
+        swapped = Query("claim", "SELECT 'q' AS queue, 'id' AS id", {})
+        with pytest.raises(psycopg.ProgrammingError, match="the claim returned"):
+            await fetch_async(conn, swapped, Claimed.rows)
 
 
 def test_a_client_used_one_call_at_a_time_keeps_to_one_connection(pq: PortQueue) -> None:
