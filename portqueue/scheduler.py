@@ -91,7 +91,7 @@ class Scheduler(Service):
         """One pass: spawn the due ticks in batches; returns the jobs spawned."""
         total = 0
         while True:
-            async with self.pool.connection() as conn, conn.transaction():
+            async with self.transaction() as conn:
                 await execute_async(conn, self.q(
                     "set_statement_timeout", milliseconds=str(STATEMENT_TIMEOUT_MS)))
                 due = await execute_async(conn, self.q(

@@ -90,7 +90,7 @@ def _has_rows(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> bool:
 def column_names(cursor: psycopg.Cursor[Any] | psycopg.AsyncCursor[Any]) -> list[str]:
     """The result's column names (none without a result)."""
     result = cursor.pgresult
-    if result is None or result.status != pq.ExecStatus.TUPLES_OK:
+    if result is None or not _has_rows(cursor):
         return []
     encoding = cursor.connection.info.encoding
     return [(result.fname(index) or b"").decode(encoding) for index in range(result.nfields)]

@@ -40,7 +40,7 @@ class Pruner(Service):
         """One pass: delete jobs past retention in batches, if no other worker is."""
         total = 0
         self.batches = 0
-        async with self.pool.connection() as conn, conn.transaction():
+        async with self.transaction() as conn:
             if not await self.begin(conn):
                 return total
             work = await execute_async(conn, self.q(
@@ -49,7 +49,7 @@ class Pruner(Service):
             # Each batch starts after the last row the previous one looked at.
             after: dict[str, Any] = {"after_finished_at": None, "after_id": None}
             while True:
-                async with self.pool.connection() as conn, conn.transaction():
+                async with self.transaction() as conn:
                     if not await self.begin(conn):
                         return total
                     (row,) = await execute_async(conn, self._batch(item, after))

@@ -11,10 +11,11 @@ names itself, picks its defaults and says what one batch is.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import psycopg
@@ -72,11 +73,16 @@ class Service:
     async def run_once(self) -> int:
         raise NotImplementedError
 
-    async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
-        """Take this service's lock for the transaction; False if another process has it.
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A worker-pool connection inside one transaction: the pool is
+        autocommit, and what ``begin`` takes must last until the batch ends."""
+        async with self.pool.connection() as conn, conn.transaction():
+            yield conn
 
-        ``conn`` must be in a transaction (the worker pool's connections are
-        autocommit): the lock and the statement timeout last until it ends."""
+    async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """Take this service's lock for the transaction (``conn`` from
+        ``transaction()``); False if another process has it."""
         (lock,) = await execute_async(conn, self.q(
             "try_maintenance_lock", key=lock_key(self.settings.schema, self.name)))
         if not lock["acquired"]:
@@ -99,7 +105,7 @@ class BatchService(Service):
         """One pass, if no other process is running this service now."""
         total = 0
         while True:
-            async with self.pool.connection() as conn, conn.transaction():
+            async with self.transaction() as conn:
                 if not await self.begin(conn):
                     return total
                 # Pause points for the fault tests (a no-op otherwise): the

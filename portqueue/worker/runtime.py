@@ -301,7 +301,8 @@ class Worker:
     # --- database ---
 
     async def _execute(self, *queries: Query) -> list[list[dict[str, Any]]]:
-        """Run queries in one transaction on a worker connection (never a handler's)."""
+        """Run queries on a worker connection (never a handler's): one alone, in
+        autocommit (one round trip); several in one transaction."""
         async with self.pool.connection() as conn:
             if len(queries) == 1:
                 return [await execute_async(conn, queries[0])]
