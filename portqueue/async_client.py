@@ -19,7 +19,13 @@ from psycopg_pool import AsyncConnectionPool
 
 from portqueue import operations, validation
 from portqueue.availability import is_unavailable, unavailable
-from portqueue.driver import Operation, call_blocking_async, execute_async, run_async
+from portqueue.driver import (
+    AsyncCursorKeepingConnection,
+    Operation,
+    call_blocking_async,
+    execute_async,
+    run_async,
+)
 from portqueue.errors import InvalidArgument, JobFailedError
 from portqueue.metrics import hooks
 from portqueue.migrate import migrate
@@ -112,6 +118,7 @@ class AsyncPortQueue:
             # is one round trip instead of BEGIN, statement, COMMIT; operations
             # that need atomicity ask _run for a transaction.
             kwargs={**self._settings.connection_kwargs("client"), "autocommit": True},
+            connection_class=AsyncCursorKeepingConnection,
             open=False,
             name=f"portqueue:{self._settings.schema}",
         )
@@ -194,7 +201,11 @@ class AsyncPortQueue:
             return await run_async(operation, query, tx.execute)
         await self._open()
         try:
-            async with self._pool.connection() as conn:
+            # getconn/putconn, not pool.connection(): its ``with conn`` commits
+            # on the way out, a no-op in autocommit that still costs half the
+            # pool's share of a single add. putconn rolls back what is left open.
+            conn = await self._pool.getconn()
+            try:
                 if self._pool.max_size < self._settings.pool_max_size:
                     await self._pool.resize(self._settings.pool_min_size,
                                             self._settings.pool_max_size)
@@ -202,6 +213,8 @@ class AsyncPortQueue:
                     async with conn.transaction():
                         return await run_async(operation, query, lambda q: execute_async(conn, q))
                 return await run_async(operation, query, lambda q: execute_async(conn, q))
+            finally:
+                await self._pool.putconn(conn)
         except psycopg.Error as error:
             # A database that is down, restarting or read-only is a typed,
             # retryable error; anything else (a bug, a constraint) is not.

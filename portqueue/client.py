@@ -15,7 +15,13 @@ from psycopg_pool import ConnectionPool
 
 from portqueue import operations, validation
 from portqueue.availability import is_unavailable, unavailable
-from portqueue.driver import Operation, call_blocking_sync, execute_sync, run_sync
+from portqueue.driver import (
+    CursorKeepingConnection,
+    Operation,
+    call_blocking_sync,
+    execute_sync,
+    run_sync,
+)
 from portqueue.errors import InvalidArgument, JobFailedError
 from portqueue.metrics import hooks
 from portqueue.migrate import migrate
@@ -108,6 +114,7 @@ class PortQueue:
             # is one round trip instead of BEGIN, statement, COMMIT; operations
             # that need atomicity ask _run for a transaction.
             kwargs={**self._settings.connection_kwargs("client"), "autocommit": True},
+            connection_class=CursorKeepingConnection,
             open=False,
             name=f"portqueue:{self._settings.schema}",
         )
@@ -190,7 +197,11 @@ class PortQueue:
             return run_sync(operation, query, tx.execute)
         self._open()
         try:
-            with self._pool.connection() as conn:
+            # getconn/putconn, not pool.connection(): its ``with conn`` commits
+            # on the way out, a no-op in autocommit that still costs half the
+            # pool's share of a single add. putconn rolls back what is left open.
+            conn = self._pool.getconn()
+            try:
                 if self._pool.max_size < self._settings.pool_max_size:
                     self._pool.resize(self._settings.pool_min_size,
                                             self._settings.pool_max_size)
@@ -198,6 +209,8 @@ class PortQueue:
                     with conn.transaction():
                         return run_sync(operation, query, lambda q: execute_sync(conn, q))
                 return run_sync(operation, query, lambda q: execute_sync(conn, q))
+            finally:
+                self._pool.putconn(conn)
         except psycopg.Error as error:
             # A database that is down, restarting or read-only is a typed,
             # retryable error; anything else (a bug, a constraint) is not.

@@ -22,6 +22,7 @@ REPLACEMENTS = [
     (r"AsyncPortQueue needs an async adapter", "PortQueue needs a sync adapter"),
     (r"\bAsyncPortQueue\b", "PortQueue"),
     (r"\bAsyncConnectionPool\b", "ConnectionPool"),
+    (r"\bAsyncCursorKeepingConnection\b", "CursorKeepingConnection"),
     (r"\bAsyncConnection\b", "Connection"),
     (r"\bAsyncWorkerHost\b", "ThreadWorkerHost"),
     (r"\bAsyncTx\b", "SyncTx"),

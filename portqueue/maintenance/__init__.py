@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
@@ -30,7 +30,7 @@ class MaintenanceService(Service, Protocol):
     def run_once(self) -> Awaitable[int]: ...
 
 
-def _maintenance(settings: Settings, pool: AsyncConnectionPool) -> list[MaintenanceService]:
+def _maintenance(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[MaintenanceService]:
     from portqueue.maintenance.expirer import Expirer
     from portqueue.maintenance.pruner import Pruner
     from portqueue.maintenance.reaper import Reaper
@@ -41,12 +41,12 @@ def _maintenance(settings: Settings, pool: AsyncConnectionPool) -> list[Maintena
             Reaper(settings, pool)]
 
 
-def maintenance_services(settings: Settings, pool: AsyncConnectionPool) -> list[Service]:
+def maintenance_services(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[Service]:
     """The services a worker runs unless started with maintenance=False."""
     return list(_maintenance(settings, pool))
 
 
-def scheduler_services(settings: Settings, pool: AsyncConnectionPool) -> list[Service]:
+def scheduler_services(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[Service]:
     """The services a worker runs unless started with scheduler=False."""
     from portqueue.scheduler import Scheduler
 

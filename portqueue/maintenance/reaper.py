@@ -9,6 +9,8 @@ Its jobs are not touched here: the rescuer recovers them when their leases lapse
 
 from __future__ import annotations
 
+from typing import Any
+
 from psycopg_pool import AsyncConnectionPool
 
 from portqueue.maintenance.service import BatchService
@@ -29,7 +31,7 @@ class Reaper(BatchService):
     default_batch_size = 500
     done = "forgot %d worker instance(s) no longer heartbeating"
 
-    def __init__(self, settings: Settings, pool: AsyncConnectionPool,
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
                  interval: float | None = None, batch_size: int | None = None,
                  min_silence_seconds: float = MIN_SILENCE_SECONDS) -> None:
         super().__init__(settings, pool, interval, batch_size)

@@ -45,7 +45,7 @@ class Service:
     # A pass's count in the log, e.g. "expired %d job(s) not started in time".
     done: str
 
-    def __init__(self, settings: Settings, pool: AsyncConnectionPool,
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
                  interval: float | None = None, batch_size: int | None = None) -> None:
         self.settings = settings
         self.pool = pool

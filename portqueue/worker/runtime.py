@@ -36,7 +36,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from portqueue import operations
 from portqueue.availability import is_unavailable, session_lost
-from portqueue.driver import execute_async, execute_sync, fetch_async
+from portqueue.driver import AsyncCursorKeepingConnection, execute_async, execute_sync, fetch_async
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.metrics import hooks
 from portqueue.queries import Query
@@ -156,7 +156,7 @@ class Worker:
             # round trip each; what needs a transaction opens one.
             self.settings.dsn, min_size=2, max_size=8, open=False,
             kwargs={**self.settings.connection_kwargs("worker"), "autocommit": True},
-            name="portqueue:worker")
+            connection_class=AsyncCursorKeepingConnection, name="portqueue:worker")
         await self.pool.open(wait=True, timeout=30)
         await self._execute(*[self.q("upsert_queue", **spec.queue_row())
                               for spec in self.queues.values()])

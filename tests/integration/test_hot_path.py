@@ -122,6 +122,51 @@ async def test_the_claim_returns_claimeds_fields_in_order(pg_dsn: str, schema: s
             await fetch_async(conn, swapped, Claimed.rows)
 
 
+def test_repeated_adds_run_on_one_kept_cursor_and_reads_keep_none(
+    pq: PortQueue, db: Db, schema: str,
+) -> None:
+    """psycopg keeps a cursor's adapters while the same statement runs on it
+    again, so a pooled connection keeps one cursor per hot statement (not one
+    per call, and none for a read, whose last page it would hold on to)."""
+    for n in range(5):
+        pq.add_job(queue="hot", data={"n": n})
+    pq.add_jobs(queue="hot", jobs=[{"data": 5}, {"data": 6}])
+    pq.add_jobs(queue="hot", jobs=[{"data": 7}, {"data": 8}])
+    assert len(pq.get_jobs(queue="hot").items) == 9
+    conn = pq._pool.getconn()
+    try:
+        assert len(conn.kept_cursors) == 2  # add_unkeyed_job, add_unkeyed_jobs
+    finally:
+        pq._pool.putconn(conn)
+    assert count_jobs(db, schema) == 9
+
+
+def test_a_kept_cursor_serves_the_next_add_after_a_failed_one(
+    pq: PortQueue, db: Db, schema: str,
+) -> None:
+    """A statement that fails on a kept cursor leaves it usable: the next add
+    on the same connection lands, and the failed one wrote nothing."""
+    job = sql.Identifier(schema, "job")
+    refuse = sql.Identifier(schema, "refuse_boom")
+    db.execute(sql.SQL(
+        "CREATE FUNCTION {}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "IF NEW.data ? 'boom' THEN RAISE EXCEPTION 'boom refused'; END IF; RETURN NEW; END $$"
+    ).format(refuse))
+    db.execute(sql.SQL("CREATE TRIGGER refuse_boom BEFORE INSERT ON {} FOR EACH ROW "
+                       "EXECUTE FUNCTION {}()").format(job, refuse))
+    try:
+        pq.add_job(queue="hot", data={"n": 1})
+        with pytest.raises(psycopg.errors.RaiseException, match="boom refused"):
+            pq.add_job(queue="hot", data={"boom": 1})
+        second = pq.add_job(queue="hot", data={"n": 2})
+    finally:
+        db.execute(sql.SQL("DROP TRIGGER refuse_boom ON {}").format(job))
+        db.execute(sql.SQL("DROP FUNCTION {}()").format(refuse))
+    assert pq._pool.get_stats()["pool_size"] == 1, "all three adds used one connection"
+    assert count_jobs(db, schema) == 2
+    assert count_jobs(db, schema, f"id = '{second.job_id}'") == 1
+
+
 def test_a_client_used_one_call_at_a_time_keeps_to_one_connection(pq: PortQueue) -> None:
     """psycopg_pool hands its idle connections out in turn. A pool that grew on
     its first request (its first connection still being made) would send
