@@ -213,15 +213,20 @@ def _entry_arrays(specs: Sequence[JobSpec]) -> dict[str, Any]:
             **arrays}
 
 
+def _scalar_entry(spec: JobSpec) -> dict[str, Any]:
+    """One job's parameters for the scalar add statements (fragment scalar_entry)."""
+    values = dict.fromkeys(_ENTRY_COLUMNS)
+    values.update(spec.columns(), id=spec.id, data=spec.data_json)
+    return values
+
+
 def _add_statement(q: Queries, queue: str, specs: Sequence[JobSpec], *, keyed: bool) -> Query:
     """The statement adding ``specs``: scalars for one job, arrays for more;
     ON CONFLICT only when some entry has an idempotency or singleton key."""
     if len(specs) == 1:
-        values = dict.fromkeys(_ENTRY_COLUMNS)
-        values.update(specs[0].columns(), id=specs[0].id, data=specs[0].data_json)
         if keyed:
-            return q("add_job", queue=queue, **values)
-        return q("add_unkeyed_job", queue=queue, **values)
+            return q("add_job", queue=queue, **_scalar_entry(specs[0]))
+        return q("add_unkeyed_job", queue=queue, **_scalar_entry(specs[0]))
     arrays = _entry_arrays(specs)
     if keyed:
         return q("add_jobs", queue=queue, **arrays)
@@ -277,6 +282,15 @@ def add_jobs(q: Queries, queue: str, specs: Sequence[JobSpec]) -> Operation[list
 def _add_unkeyed_jobs(
     q: Queries, queue: str, specs: Sequence[JobSpec]
 ) -> Operation[list[AddJobResult]]:
+    if len(specs) == 1:
+        # The commonest add first: one job to a queue that exists and takes
+        # adds. Nothing inserted means a new queue or a paused one, which the
+        # full statement below deals with.
+        (spec,) = specs
+        rows = yield q("add_job_to_open_queue", queue=queue, **_scalar_entry(spec))
+        if rows:
+            return [AddJobResult(job_id=spec.id, queue=queue, status=JobStatus.PENDING,
+                                 start_after=_utc(rows[0]["start_after"]))]
     (row,) = yield _add_statement(q, queue, specs, keyed=False)
     if row["paused"]:
         raise QueuePausedError(queue)

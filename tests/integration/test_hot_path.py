@@ -14,6 +14,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -21,10 +22,11 @@ import pytest
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from portqueue import AsyncPortQueue, PortQueue
-from portqueue.driver import fetch_async
+from portqueue import AsyncPortQueue, PauseMode, PortQueue, QueuePausedError, operations
+from portqueue.driver import execute_sync, fetch_async, run_sync
 from portqueue.maintenance import maintenance_services
 from portqueue.queries import Query, queries_for
+from portqueue.types import AddJobResult
 from portqueue.worker.state import Claimed
 from tests.conftest import count_jobs
 
@@ -122,6 +124,36 @@ async def test_the_claim_returns_claimeds_fields_in_order(pg_dsn: str, schema: s
             await fetch_async(conn, swapped, Claimed.rows)
 
 
+def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db) -> None:
+    """The commonest add tries the CTE-free INSERT first; only a queue with no
+    row yet, or one paused for adds, takes the full statement after it."""
+    names: list[str] = []
+
+    def add(**options: Any) -> AddJobResult:
+        def execute(query: Query) -> list[dict[str, Any]]:
+            names.append(query.name)
+            return execute_sync(db, query)
+
+        names.clear()
+        operation = operations.add_job(pq._settings, {"queue": "open", "data": 1, **options})
+        return run_sync(operation, next(operation), execute)
+
+    first = add()
+    assert names == ["add_job_to_open_queue", "add_unkeyed_job"]
+    second = add(schedule={"start_after_seconds": 30})
+    assert names == ["add_job_to_open_queue"]
+    assert second.start_after - first.start_after >= timedelta(seconds=30)
+    assert pq.get_job(job_id=second.job_id).start_after == second.start_after
+    pq.pause_queue(queue="open", mode=PauseMode.PROCESSING)
+    add()
+    assert names == ["add_job_to_open_queue"], "paused for processing only: adds still go in"
+    pq.pause_queue(queue="open", mode=PauseMode.ALL)
+    with pytest.raises(QueuePausedError):
+        add()
+    assert names == ["add_job_to_open_queue", "add_unkeyed_job"]
+    assert len(pq.get_jobs(queue="open").items) == 3
+
+
 def test_repeated_adds_run_on_one_kept_cursor_and_reads_keep_none(
     pq: PortQueue, db: Db, schema: str,
 ) -> None:
@@ -135,7 +167,8 @@ def test_repeated_adds_run_on_one_kept_cursor_and_reads_keep_none(
     assert len(pq.get_jobs(queue="hot").items) == 9
     conn = pq._pool.getconn()
     try:
-        assert len(conn.kept_cursors) == 2  # add_unkeyed_job, add_unkeyed_jobs
+        # add_job_to_open_queue, add_unkeyed_job (the queue's first add), add_unkeyed_jobs
+        assert len(conn.kept_cursors) == 3
     finally:
         pq._pool.putconn(conn)
     assert count_jobs(db, schema) == 9
