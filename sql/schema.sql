@@ -228,5 +228,20 @@ ALTER TABLE "portqueue".worker ADD CONSTRAINT worker_concurrency_check CHECK (co
 
 UPDATE portqueue.alembic_version SET version_num='0005' WHERE portqueue.alembic_version.version_num = '0004';
 
+-- Running upgrade 0005 -> 0006
+
+ALTER TABLE "portqueue".job
+    DROP CONSTRAINT job_queue_check,
+    DROP CONSTRAINT job_attempt_check,
+    DROP CONSTRAINT job_retry_delay_seconds_check,
+    DROP CONSTRAINT job_backoff_factor_check,
+    DROP CONSTRAINT job_backoff_max_delay_seconds_check,
+    DROP CONSTRAINT job_timeout_seconds_check,
+    DROP CONSTRAINT job_expire_in_seconds_check,
+    DROP CONSTRAINT job_retention_ttl_seconds_check,
+    DROP CONSTRAINT job_progress_check;
+
+UPDATE portqueue.alembic_version SET version_num='0006' WHERE portqueue.alembic_version.version_num = '0005';
+
 COMMIT;
 
