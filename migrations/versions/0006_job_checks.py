@@ -71,10 +71,8 @@ ALTER TABLE {schema}.job VALIDATE CONSTRAINT job_progress_check
 
 
 def upgrade() -> None:
-    for statement in UPGRADE.split(";"):
-        op.execute(statement.format(schema=context.config.attributes["quoted_schema"]))
+    op.execute(UPGRADE.format(schema=context.config.attributes["quoted_schema"]))
 
 
 def downgrade() -> None:
-    for statement in DOWNGRADE.split(";"):
-        op.execute(statement.format(schema=context.config.attributes["quoted_schema"]))
+    op.execute(DOWNGRADE.format(schema=context.config.attributes["quoted_schema"]))
