@@ -208,8 +208,8 @@ class AsyncPortQueue:
             conn = await self._pool.getconn()
             try:
                 if self._pool.max_size < self._settings.pool_max_size:
-                    await self._pool.resize(self._settings.pool_min_size,
-                                            self._settings.pool_max_size)
+                    await self._pool.resize(
+                        self._settings.pool_min_size, self._settings.pool_max_size)
                 if atomic:
                     async with conn.transaction():
                         return await run_async(operation, query, lambda q: execute_async(conn, q))

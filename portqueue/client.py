@@ -204,8 +204,8 @@ class PortQueue:
             conn = self._pool.getconn()
             try:
                 if self._pool.max_size < self._settings.pool_max_size:
-                    self._pool.resize(self._settings.pool_min_size,
-                                            self._settings.pool_max_size)
+                    self._pool.resize(
+                        self._settings.pool_min_size, self._settings.pool_max_size)
                 if atomic:
                     with conn.transaction():
                         return run_sync(operation, query, lambda q: execute_sync(conn, q))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import zlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import psycopg
@@ -39,10 +40,17 @@ def _config(schema: str, output: io.StringIO | None = None) -> Config:
 def migrate(dsn: str, *, schema: str = "portqueue", revision: str = "head") -> None:
     """Bring ``schema`` up to ``revision``; safe to run from many processes at once."""
     from alembic import command
+
+    run_on_database(dsn, schema_name(schema), lambda config: command.upgrade(config, revision))
+
+
+def run_on_database(dsn: str, schema: str, run: Callable[[Config], None]) -> None:
+    """Run an Alembic command (``run(config)``) on ``dsn`` for ``schema``, and commit.
+
+    ``migrate`` upgrades with it; the migration tests also downgrade."""
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    schema = schema_name(schema)
     engine = create_engine(
         "postgresql+psycopg://",
         creator=lambda: psycopg.connect(dsn, application_name="portqueue:migrate"),
@@ -52,7 +60,7 @@ def migrate(dsn: str, *, schema: str = "portqueue", revision: str = "head") -> N
         with engine.connect() as connection:
             config = _config(schema)
             config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+            run(config)
             connection.commit()
     finally:
         engine.dispose()

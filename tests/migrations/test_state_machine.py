@@ -11,7 +11,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from portqueue.migrate import _config, migrate
+from portqueue.migrate import migrate, run_on_database
 from portqueue.resources import resource_dir
 from portqueue.types import FINISHED_STATUSES, JobStatus
 
@@ -125,16 +125,5 @@ def test_migration_0006_drops_nine_checks_and_its_downgrade_restores_them(
 
 def downgrade(dsn: str, revision: str) -> None:
     from alembic import command
-    from sqlalchemy import create_engine
-    from sqlalchemy.pool import NullPool
 
-    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(dsn),
-                           poolclass=NullPool)
-    try:
-        with engine.connect() as connection:
-            config = _config("portqueue")
-            config.attributes["connection"] = connection
-            command.downgrade(config, revision)
-            connection.commit()
-    finally:
-        engine.dispose()
+    run_on_database(dsn, "portqueue", lambda config: command.downgrade(config, revision))
