@@ -24,12 +24,13 @@ from portqueue.driver import (
     Operation,
     call_blocking_async,
     execute_async,
+    pipeline_async,
     run_async,
 )
 from portqueue.errors import InvalidArgument, JobFailedError
 from portqueue.metrics import hooks
 from portqueue.migrate import migrate
-from portqueue.queries import Query
+from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import AsyncTx
 from portqueue.types import (
@@ -186,12 +187,14 @@ class AsyncPortQueue:
 
     async def _run(self, operation: Operation[T], tx: object = None, *, atomic: bool = False) -> T:
         # Taking the first query runs the operation's validation: bad input
-        # raises here, before a connection is borrowed or anything is written.
+        # raises here, before a connection is borrowed or anything is written
+        # (a streamed batch validates each later chunk just before sending it,
+        # inside its transaction, which a bad entry rolls back).
         # ``atomic``: the operation's statements share one transaction (a batch
         # whose later rounds must not leave earlier ones half-written, or an
         # operation using a savepoint); otherwise each statement commits alone.
         try:
-            query: Query = next(operation)
+            query: Query | Batch = next(operation)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         if tx is not None:
@@ -212,8 +215,12 @@ class AsyncPortQueue:
                         self._settings.pool_min_size, self._settings.pool_max_size)
                 if atomic:
                     async with conn.transaction():
-                        return await run_async(operation, query, lambda q: execute_async(conn, q))
-                return await run_async(operation, query, lambda q: execute_async(conn, q))
+                        return await run_async(
+                            operation, query, lambda q: execute_async(conn, q),
+                            lambda batch: pipeline_async(conn, batch))
+                return await run_async(
+                    operation, query, lambda q: execute_async(conn, q),
+                    lambda batch: pipeline_async(conn, batch))
             finally:
                 await self._pool.putconn(conn)
         except psycopg.Error as error:
@@ -285,7 +292,8 @@ class AsyncPortQueue:
         """
         chosen_tx = batch_tx(tx, jobs)
         with hooks.adding(queue) as scope:
-            operation = operations.add_job_batch(self._settings, queue, jobs, scope.attrs)
+            operation = operations.add_job_batch(
+                self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None)
             results = await self._run(operation, chosen_tx, atomic=True)
             scope.added(results)
         return results

@@ -20,12 +20,13 @@ from portqueue.driver import (
     Operation,
     call_blocking_sync,
     execute_sync,
+    pipeline_sync,
     run_sync,
 )
 from portqueue.errors import InvalidArgument, JobFailedError
 from portqueue.metrics import hooks
 from portqueue.migrate import migrate
-from portqueue.queries import Query
+from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import SyncTx
 from portqueue.types import (
@@ -182,12 +183,14 @@ class PortQueue:
 
     def _run(self, operation: Operation[T], tx: object = None, *, atomic: bool = False) -> T:
         # Taking the first query runs the operation's validation: bad input
-        # raises here, before a connection is borrowed or anything is written.
+        # raises here, before a connection is borrowed or anything is written
+        # (a streamed batch validates each later chunk just before sending it,
+        # inside its transaction, which a bad entry rolls back).
         # ``atomic``: the operation's statements share one transaction (a batch
         # whose later rounds must not leave earlier ones half-written, or an
         # operation using a savepoint); otherwise each statement commits alone.
         try:
-            query: Query = next(operation)
+            query: Query | Batch = next(operation)
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         if tx is not None:
@@ -208,8 +211,12 @@ class PortQueue:
                         self._settings.pool_min_size, self._settings.pool_max_size)
                 if atomic:
                     with conn.transaction():
-                        return run_sync(operation, query, lambda q: execute_sync(conn, q))
-                return run_sync(operation, query, lambda q: execute_sync(conn, q))
+                        return run_sync(
+                            operation, query, lambda q: execute_sync(conn, q),
+                            lambda batch: pipeline_sync(conn, batch))
+                return run_sync(
+                    operation, query, lambda q: execute_sync(conn, q),
+                    lambda batch: pipeline_sync(conn, batch))
             finally:
                 self._pool.putconn(conn)
         except psycopg.Error as error:
@@ -281,7 +288,8 @@ class PortQueue:
         """
         chosen_tx = batch_tx(tx, jobs)
         with hooks.adding(queue) as scope:
-            operation = operations.add_job_batch(self._settings, queue, jobs, scope.attrs)
+            operation = operations.add_job_batch(
+                self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None)
             results = self._run(operation, chosen_tx, atomic=True)
             scope.added(results)
         return results

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import re
 import string
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,16 @@ class Query:
     name: str
     sql: str
     params: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Statements to send back to back in one transaction, without waiting for
+    each one's rows: the runner pulls the next from ``queries`` (which may
+    build it only then) while the server runs the one before, and answers
+    with all their rows, in order."""
+
+    queries: Iterator[Query]
 
 
 @functools.cache

@@ -28,6 +28,7 @@ REPLACEMENTS = [
     (r"\bAsyncTx\b", "SyncTx"),
     (r"\brun_async\b", "run_sync"),
     (r"\bexecute_async\b", "execute_sync"),
+    (r"\bpipeline_async\b", "pipeline_sync"),
     (r"\bcall_blocking_async\b", "call_blocking_sync"),
     (r"\basyncio\.Lock\b", "threading.Lock"),
     (r"\basyncio\.sleep\b", "time.sleep"),

@@ -16,23 +16,34 @@ import psycopg
 from psycopg import pq
 from psycopg.rows import AsyncRowFactory, RowMaker
 
-from portqueue.queries import Query
+from portqueue.queries import Batch, Query
 
 T = TypeVar("T")
 R = TypeVar("R")
 Rows = list[dict[str, Any]]
-Operation = Generator[Query, Rows, T]
+Operation = Generator[Query | Batch, Rows, T]
 
 
-def run_sync(operation: Operation[T], query: Query, execute: Callable[[Query], Rows]) -> T:
+def run_sync(
+    operation: Operation[T],
+    query: Query | Batch,
+    execute: Callable[[Query], Rows],
+    pipelined: Callable[[Batch], Rows] | None = None,
+) -> T:
     """Drive ``operation`` from its first ``query`` (already taken) to its result.
 
-    A database error is thrown into the operation, which may handle it (after
-    rolling back to a savepoint of its own) or let it propagate."""
+    A ``Batch`` goes to ``pipelined`` if given, else its statements run in
+    turn. A database error is thrown into the operation, which may handle it
+    (after rolling back to a savepoint of its own) or let it propagate."""
     try:
         while True:
             try:
-                rows = execute(query)
+                if isinstance(query, Query):
+                    rows = execute(query)
+                elif pipelined is not None:
+                    rows = pipelined(query)
+                else:
+                    rows = [row for each in query.queries for row in execute(each)]
             except Exception as error:
                 query = operation.throw(error)
             else:
@@ -42,13 +53,21 @@ def run_sync(operation: Operation[T], query: Query, execute: Callable[[Query], R
 
 
 async def run_async(
-    operation: Operation[T], query: Query, execute: Callable[[Query], Awaitable[Rows]]
+    operation: Operation[T],
+    query: Query | Batch,
+    execute: Callable[[Query], Awaitable[Rows]],
+    pipelined: Callable[[Batch], Awaitable[Rows]] | None = None,
 ) -> T:
     """Drive ``operation`` from its first ``query`` (already taken) to its result."""
     try:
         while True:
             try:
-                rows = await execute(query)
+                if isinstance(query, Query):
+                    rows = await execute(query)
+                elif pipelined is not None:
+                    rows = await pipelined(query)
+                else:
+                    rows = [row for each in query.queries for row in await execute(each)]
             except Exception as error:
                 query = operation.throw(error)
             else:
@@ -65,6 +84,32 @@ def execute_sync(conn: psycopg.Connection[Any], query: Query) -> Rows:
 
 async def execute_async(conn: psycopg.AsyncConnection[Any], query: Query) -> Rows:
     return await fetch_async(conn, query, _dict_rows)
+
+
+# A batch's statements go in pipeline mode, each on a cursor of its own (a
+# kept cursor would hold only the last one's rows); leaving the pipeline
+# sends the Sync and collects every result, raising the first error.
+
+
+def pipeline_sync(conn: psycopg.Connection[Any], batch: Batch) -> Rows:
+    cursors: list[psycopg.Cursor[dict[str, Any]]] = []
+    with conn.pipeline():
+        for query in batch.queries:
+            cursor = conn.cursor(row_factory=_dict_rows)
+            cursor.execute(query.sql, query.params)
+            cursors.append(cursor)
+    return [row for cursor in cursors if _has_rows(cursor) for row in cursor.fetchall()]
+
+
+async def pipeline_async(conn: psycopg.AsyncConnection[Any], batch: Batch) -> Rows:
+    cursors: list[psycopg.AsyncCursor[dict[str, Any]]] = []
+    async with conn.pipeline():
+        for query in batch.queries:
+            cursor = conn.cursor(row_factory=_dict_rows)
+            await cursor.execute(query.sql, query.params)
+            cursors.append(cursor)
+    return [row for cursor in cursors if _has_rows(cursor)
+            for row in await cursor.fetchall()]
 
 
 async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,

@@ -19,6 +19,7 @@ from psycopg.pq import TransactionStatus
 
 from portqueue import InvalidArgument, JobStatus, PayloadTooLarge, PortQueue
 from portqueue.migrate import migrate
+from portqueue.operations import STREAM_CHUNK
 from tests.support.clients import BlockingAsyncClient
 from tests.support.rows import CallerTx
 from tests.unit.test_validation import (
@@ -187,15 +188,21 @@ LAST_ENTRY_BAD = [
 ]
 
 
+@pytest.mark.parametrize("good", [2, 2 * STREAM_CHUNK], ids=["one statement", "streamed"])
 @pytest.mark.parametrize(("last", "argument"), LAST_ENTRY_BAD,
                          ids=[a for _, a in LAST_ENTRY_BAD])
 def test_add_jobs_with_only_the_last_entry_bad_writes_nothing(
     client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
-    last: dict[str, Any], argument: str,
+    last: dict[str, Any], argument: str, good: int,
 ) -> None:
-    jobs = [{"data": {"n": 1}}, {"data": {"n": 2}, "priority": 5}, last]
+    """A streamed batch (past STREAM_CHUNK entries) sends its first chunks
+    before the last is validated; its transaction rolls them back, the new
+    queue's row too."""
+    jobs = [{"data": {"n": n}, "priority": n % 5} for n in range(good)] + [last]
+    argument = argument.replace("jobs[2]", f"jobs[{good}]")
     assert_rejected_without_writing(
         db, schema, lambda: client.add_jobs(queue=NEW_QUEUE, jobs=jobs), argument)
+    assert len(client.add_jobs(queue=NEW_QUEUE, jobs=jobs[:-1])) == good
 
 
 def test_add_jobs_with_entries_in_different_transactions_writes_nothing(

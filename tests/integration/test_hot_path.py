@@ -154,6 +154,26 @@ def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db
     assert len(pq.get_jobs(queue="open").items) == 3
 
 
+def test_a_batch_of_statements_runs_in_turn_without_a_pipeline(pq: PortQueue, db: Db) -> None:
+    """A runner given no pipelined executor still runs a streamed batch: its
+    statements one after the other, each built just before it is sent."""
+    names: list[str] = []
+
+    def execute(query: Query) -> list[dict[str, Any]]:
+        names.append(query.name)
+        return execute_sync(db, query)
+
+    size = 2 * operations.STREAM_CHUNK + 1
+    operation = operations.add_job_batch(
+        pq._settings, "in-turn", [{"data": n} for n in range(size)], streamed=True)
+    with db.transaction():
+        results = run_sync(operation, next(operation), execute)
+    assert names == ["add_unkeyed_jobs", "add_unkeyed_jobs", "add_unkeyed_job"]
+    data = dict(db.execute(sql.SQL("SELECT id::text, data FROM {} WHERE queue = 'in-turn'").format(
+        sql.Identifier(pq.schema, "job"))).fetchall())
+    assert [data[result.job_id] for result in results] == list(range(size))
+
+
 def test_repeated_adds_run_on_one_kept_cursor_and_reads_keep_none(
     pq: PortQueue, db: Db, schema: str,
 ) -> None:

@@ -22,12 +22,15 @@ from portqueue import (
     CronSpec,
     DeduplicationReason,
     JobStatus,
+    PauseMode,
     PortQueue,
     PortQueueError,
+    QueuePausedError,
     Retention,
     RetryPolicy,
     Schedule,
 )
+from portqueue.operations import STREAM_CHUNK
 from tests.conftest import count_jobs
 from tests.support.rows import (
     CallerTx,
@@ -753,6 +756,119 @@ def test_add_jobs_entries_sharing_one_tx_join_it(
         client.add_jobs(queue="emails", jobs=[{"data": 1, "tx": caller.tx}], tx=caller.tx)
         caller.commit()
     assert count_jobs(db, schema) == 1
+
+
+# More entries than one streamed chunk: three chunks, the last a single job.
+STREAMED = 2 * STREAM_CHUNK + 1
+
+
+def statements_and_transactions(db: Db, schema: str, queue: str) -> tuple[int, int]:
+    """How many statements (cmin) and transactions (xmin) wrote ``queue``'s jobs."""
+    row = db.execute(sql.SQL(
+        "SELECT count(DISTINCT cmin::text), count(DISTINCT xmin::text) FROM {} WHERE queue = %s"
+    ).format(sql.Identifier(schema, "job")), [queue]).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
+
+
+def test_a_large_batch_streams_as_chunks_of_one_transaction(
+    client: Any, db: Db, schema: str
+) -> None:
+    """Past STREAM_CHUNK entries, add_jobs sends one INSERT per chunk, pipelined,
+    in one transaction: the results and rows are those of one statement."""
+    entries: list[dict[str, Any]] = [
+        {"data": {"i": i}, "priority": i % 7, "group_id": f"g{i % 3}"} for i in range(STREAMED)]
+    entries[STREAM_CHUNK]["schedule"] = {"start_after_seconds": 90}
+    results = client.add_jobs(queue="stream", jobs=entries)
+    assert len(results) == STREAMED and len({r.job_id for r in results}) == STREAMED
+    cursor = db.cursor(row_factory=psycopg.rows.dict_row)
+    cursor.execute(sql.SQL(
+        "SELECT id::text, data, priority, group_id, start_after, created_at FROM {} "
+        "WHERE queue = %s").format(sql.Identifier(schema, "job")), ["stream"])
+    rows = {row["id"]: row for row in cursor.fetchall()}
+    assert len(rows) == STREAMED
+    for i, result in enumerate(results):
+        row = rows[result.job_id]
+        assert row["data"] == {"i": i}, "results are in entry order across chunks"
+        assert (row["priority"], row["group_id"]) == (i % 7, f"g{i % 3}")
+        assert row["start_after"] == result.start_after
+    delayed = rows[results[STREAM_CHUNK].job_id]
+    assert delayed["start_after"] - delayed["created_at"] == timedelta(seconds=90)
+    assert statements_and_transactions(db, schema, "stream") == (3, 1)
+    # A batch of exactly one chunk stays one statement.
+    client.add_jobs(queue="whole", jobs=[{"data": i} for i in range(STREAM_CHUNK)])
+    assert statements_and_transactions(db, schema, "whole") == (1, 1)
+
+
+def test_a_large_batch_with_a_key_is_one_statement(client: Any, db: Db, schema: str) -> None:
+    """Keyed batches are not streamed: their conflict rounds look at the whole batch."""
+    entries: list[dict[str, Any]] = [{"data": i} for i in range(STREAMED)]
+    entries[0]["idempotency_key"] = entries[-1]["idempotency_key"] = "same"
+    results = client.add_jobs(queue="keyed", jobs=entries)
+    assert results[-1].deduplicated and results[-1].job_id == results[0].job_id
+    assert statements_and_transactions(db, schema, "keyed") == (1, 1)
+    assert count_jobs(db, schema) == STREAMED - 1
+
+
+def test_a_large_batch_in_a_caller_tx_is_one_statement(
+    client: Any, pg_dsn: str, db: Db, schema: str
+) -> None:
+    """Inside tx= nothing can be pipelined: the batch is validated, then sent whole."""
+    executed: list[str] = []
+    with CallerTx(client, pg_dsn, **counting_connect_kwargs(client, executed)) as caller:
+        bad = [{"data": i} for i in range(STREAMED)] + [{"data": 1, "priority": "high"}]
+        with pytest.raises(ValueError, match=rf"jobs\[{STREAMED}\]\.priority"):
+            client.add_jobs(queue="caller", jobs=bad, tx=caller.tx)
+        assert executed == [], "a bad entry anywhere stops the batch before it is sent"
+        client.add_jobs(queue="caller", jobs=bad[:-1], tx=caller.tx)
+        assert len(executed) == 1
+        caller.commit()
+    assert statements_and_transactions(db, schema, "caller") == (1, 1)
+
+
+def test_a_paused_queue_refuses_a_streamed_batch_whole(client: Any, db: Db, schema: str) -> None:
+    client.pause_queue(queue="held", mode=PauseMode.ALL)
+    with pytest.raises(QueuePausedError):
+        client.add_jobs(queue="held", jobs=[{"data": i} for i in range(STREAMED)])
+    assert count_jobs(db, schema) == 0
+
+
+def test_a_server_error_in_a_later_chunk_writes_nothing(client: Any, db: Db, schema: str) -> None:
+    """A chunk the server refuses rolls the whole batch back, and the client's
+    connection comes back from the pipeline usable. A trigger that silently
+    drops rows is reported too."""
+    refuse = sql.Identifier(schema, "test_refuse")
+    db.execute(sql.SQL("""
+        CREATE FUNCTION {fn}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF NEW.data ? 'boom' THEN RAISE EXCEPTION 'refused by the test trigger'; END IF;
+            IF NEW.data ? 'drop' THEN RETURN NULL; END IF;
+            RETURN NEW;
+        END $$;
+        CREATE TRIGGER test_refuse BEFORE INSERT ON {job} FOR EACH ROW EXECUTE FUNCTION {fn}();
+    """).format(fn=refuse, job=sql.Identifier(schema, "job")))
+    try:
+        entries: list[dict[str, Any]] = [{"data": {"i": i}} for i in range(STREAMED)]
+        entries[STREAM_CHUNK + 3] = {"data": {"boom": True}}
+        with pytest.raises(psycopg.errors.RaiseException, match="refused by the test trigger"):
+            client.add_jobs(queue="stream", jobs=entries)
+        assert count_jobs(db, schema) == 0
+        entries[STREAM_CHUNK + 3] = {"data": {"drop": True}}
+        with pytest.raises(PortQueueError, match=f"{STREAMED} job.s. sent .* but {STREAMED - 1}"):
+            client.add_jobs(queue="stream", jobs=entries)
+        assert count_jobs(db, schema) == 0
+        entries[STREAM_CHUNK + 3] = {"data": {"i": "again"}}
+        assert len(client.add_jobs(queue="stream", jobs=entries)) == STREAMED
+        assert count_jobs(db, schema) == STREAMED
+    finally:
+        db.execute(sql.SQL("DROP FUNCTION {} CASCADE").format(refuse))
+
+
+def test_a_poll_only_client_sends_a_large_batch_whole(pg_dsn: str, db: Db, schema: str) -> None:
+    """PgBouncer in transaction mode is not trusted with pipelines."""
+    with PortQueue(pg_dsn, schema=schema, poll_only=True) as poll_only:
+        poll_only.add_jobs(queue="bouncer", jobs=[{"data": i} for i in range(STREAMED)])
+    assert statements_and_transactions(db, schema, "bouncer") == (1, 1)
 
 
 def counting_connect_kwargs(client: Any, executed: list[str]) -> dict[str, Any]:
