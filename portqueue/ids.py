@@ -16,8 +16,24 @@ _VARIANT_DIGIT = "89ab" * 4
 
 def uuid7() -> str:
     """A UUIDv7 in canonical text: 48-bit Unix milliseconds, then 74 random bits."""
-    # Formatted from the bytes' hex (one per job added, so it is kept cheap):
-    # digit 12 is the version, digit 16 carries the variant.
-    digits = ((time.time_ns() // 1_000_000).to_bytes(6, "big") + os.urandom(10)).hex()
-    return (f"{digits[:8]}-{digits[8:12]}-7{digits[13:16]}-"
-            f"{_VARIANT_DIGIT[int(digits[16], 16)]}{digits[17:20]}-{digits[20:]}")
+    return _text(_millis(), os.urandom(10).hex())
+
+
+def uuid7s(count: int) -> list[str]:
+    """``count`` UUIDv7s of one millisecond: one clock read and one ``urandom``
+    for a whole batch (about half the cost of ``count`` calls to ``uuid7``)."""
+    millis = _millis()
+    random = os.urandom(10 * count).hex()
+    return [_text(millis, random[start:start + 20]) for start in range(0, 20 * count, 20)]
+
+
+def _millis() -> str:
+    return (time.time_ns() // 1_000_000).to_bytes(6, "big").hex()
+
+
+def _text(millis: str, random: str) -> str:
+    # Formatted from hex (this runs for every job added, so it is kept cheap):
+    # the version replaces the first random digit, and the variant's two bits
+    # the top of the fifth.
+    return (f"{millis[:8]}-{millis[8:]}-7{random[1:4]}-"
+            f"{_VARIANT_DIGIT[int(random[4], 16)]}{random[5:8]}-{random[8:]}")

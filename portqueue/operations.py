@@ -19,7 +19,7 @@ from croniter import croniter
 from portqueue import validation
 from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
 from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
-from portqueue.ids import uuid7
+from portqueue.ids import uuid7, uuid7s
 from portqueue.queries import Batch, Queries, Query
 from portqueue.settings import Settings
 from portqueue.types import (
@@ -597,7 +597,9 @@ def add_job_batch(
     if (streamed and not settings.poll_only and len(entries) > STREAM_CHUNK
             and not any(map(_names_a_key, entries))):
         return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs))
-    specs = [_batch_spec(settings, index, entry, attrs) for index, entry in enumerate(entries)]
+    ids = uuid7s(len(entries))
+    specs = [_batch_spec(settings, index, entry, attrs, ids[index])
+             for index, entry in enumerate(entries)]
     if not specs:
         return []
     return (yield from add_jobs(settings.queries, queue, specs))
@@ -608,7 +610,8 @@ def _names_a_key(entry: Mapping[str, Any]) -> bool:
 
 
 def _batch_spec(
-    settings: Settings, index: int, entry: Mapping[str, Any], attrs: Mapping[str, str] | None
+    settings: Settings, index: int, entry: Mapping[str, Any], attrs: Mapping[str, str] | None,
+    job_id: str,
 ) -> JobSpec:
     prefix = f"jobs[{index}]."
     # tx is batch_tx's, already checked
@@ -618,6 +621,7 @@ def _batch_spec(
         instance_key=settings.instance_key,
         max_payload_bytes=settings.max_payload_bytes,
         prefix=prefix,
+        job_id=job_id,
     )
     if schedule is not None and schedule.recurring:
         # Each recurrence needs its own add_job call to return its schedule_id.
@@ -633,8 +637,10 @@ def _add_streamed_unkeyed_jobs(
 
     def chunks() -> Iterator[Query]:
         for start in range(0, len(entries), STREAM_CHUNK):
-            chunk = [_batch_spec(settings, index, entries[index], attrs)
-                     for index in range(start, min(start + STREAM_CHUNK, len(entries)))]
+            end = min(start + STREAM_CHUNK, len(entries))
+            ids = uuid7s(end - start)
+            chunk = [_batch_spec(settings, index, entries[index], attrs, ids[index - start])
+                     for index in range(start, end)]
             specs.extend(chunk)
             yield _add_statement(settings.queries, queue, chunk, keyed=False)
 

@@ -644,8 +644,10 @@ def job_spec(
     instance_key: str | None,
     max_payload_bytes: int,
     prefix: str = "",
+    job_id: str | None = None,
 ) -> tuple[JobSpec, Schedule | None]:
-    """Validate one add's options; returns the spec and its schedule (if any)."""
+    """Validate one add's options; returns the spec and its schedule (if any).
+    The job's id is ``job_id`` (one of a batch's ``uuid7s``), else a new one."""
     for key in options:
         if key not in JOB_OPTION_KEYS:
             raise InvalidArgument(f"{prefix}{key}", "unknown option")
@@ -654,7 +656,7 @@ def job_spec(
     data_json = payload(f"{prefix}data", options["data"], max_payload_bytes)
     if _takes_defaults(options):
         # The common add, data and nothing else (this runs for every job added).
-        return JobSpec(uuid7(), data_json), None
+        return JobSpec(uuid7() if job_id is None else job_id, data_json), None
     sched = schedule(options.get("schedule"), f"{prefix}schedule")
     pattern = options.get("preferred_instance_key_pattern")
     if pattern is not None:
@@ -670,7 +672,7 @@ def job_spec(
     if ret is not None and (ret.keep_completed is not None or ret.keep_failed is not None):
         raise InvalidArgument(f"{prefix}retention", "keep_completed/keep_failed are queue options")
     spec = JobSpec(
-        id=uuid7(),
+        id=uuid7() if job_id is None else job_id,
         data_json=data_json,
         priority=integer(
             f"{prefix}priority", options.get("priority", 0), minimum=-INT32_MAX, maximum=INT32_MAX

@@ -5,12 +5,11 @@ from __future__ import annotations
 import time
 import uuid
 
-from portqueue.ids import uuid7
+from portqueue.ids import uuid7, uuid7s
 
 
 def test_ids_are_canonical_uuid7_text() -> None:
-    for _ in range(5_000):
-        text = uuid7()
+    for text in [uuid7() for _ in range(5_000)] + uuid7s(5_000):
         parsed = uuid.UUID(text)
         assert str(parsed) == text
         assert parsed.version == 7
@@ -32,3 +31,13 @@ def test_ids_of_later_milliseconds_sort_later_and_ids_do_not_repeat() -> None:
     assert uuid7() > first
     many = {uuid7() for _ in range(20_000)}
     assert len(many) == 20_000
+
+
+def test_a_batch_of_ids_shares_one_millisecond_and_repeats_none() -> None:
+    before = time.time_ns() // 1_000_000
+    batch = uuid7s(20_000)
+    after = time.time_ns() // 1_000_000
+    assert len(set(batch)) == 20_000
+    (made,) = {uuid.UUID(text).int >> 80 for text in batch}
+    assert before <= made <= after
+    assert uuid7s(0) == [] and len(uuid7s(1)) == 1
