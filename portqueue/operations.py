@@ -287,7 +287,9 @@ def _add_unkeyed_jobs(
         # adds. Nothing inserted means a new queue or a paused one, which the
         # full statement below deals with.
         (spec,) = specs
-        rows = yield q("add_job_to_open_queue", queue=queue, **_scalar_entry(spec))
+        rows = yield (
+            q("add_job_to_open_queue", queue=queue, **_scalar_entry(spec)) if spec.columns()
+            else q("add_default_job_to_open_queue", queue=queue, id=spec.id, data=spec.data_json))
         if rows:
             return [AddJobResult(job_id=spec.id, queue=queue, status=JobStatus.PENDING,
                                  start_after=_utc(rows[0]["start_after"]))]

@@ -1,13 +1,14 @@
 -- Producing: adding one-off jobs and recurring schedules.
 -- {schema} is the quoted schema identifier; every value is a bound parameter.
 
--- Adding jobs is five statements built from the fragments below: a batch
+-- Adding jobs is six statements built from the fragments below: a batch
 -- sends each column as one typed array, a single job as scalars (a fifth of
 -- the server time of a batch of one: no set-returning functions to run); and
 -- a job with an idempotency or singleton key needs ON CONFLICT, which the
 -- common keyless job does without. The commonest add of all, one keyless job
 -- to a queue that exists and takes adds, is a plain INSERT … SELECT first
--- (add_job_to_open_queue), and the full statement only when that inserts
+-- (add_job_to_open_queue, or add_default_job_to_open_queue when the job sets
+-- nothing but its data), and the full statement only when that inserts
 -- nothing.
 --
 -- An entry's retry, expiry and timeout fall back to the queue's defaults,
@@ -46,6 +47,17 @@ WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
 -- reports the pause.
 {job_insert}
 FROM ({scalar_entry}) AS e
+{into_open_queue}
+
+-- name: add_default_job_to_open_queue
+-- add_job_to_open_queue for a job that sets nothing but its data: its other
+-- options are constant NULLs, which the planner folds into the queue's
+-- defaults, and only three values are sent (a tenth less time per add).
+{job_insert}
+FROM ({default_entry}) AS e
+{into_open_queue}
+
+-- fragment: into_open_queue
 JOIN {schema}.queue AS d ON d.name = %(queue)s AND d.paused IS DISTINCT FROM 'all'
 RETURNING j.start_after
 
@@ -101,6 +113,18 @@ entries AS (
            %(idempotency_key)s::text AS idempotency_key,
            %(singleton_key)s::text AS singleton_key, %(group_id)s::text AS group_id,
            %(attrs)s::jsonb AS attrs, 1::bigint AS ord
+
+-- fragment: default_entry
+-- scalar_entry for a job that sets nothing but its data.
+    SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, NULL::integer AS priority,
+           NULL::integer AS start_after_seconds, NULL::integer AS max_attempts,
+           NULL::integer AS retry_delay_seconds, NULL::text AS backoff_strategy,
+           NULL::double precision AS backoff_factor,
+           NULL::integer AS backoff_max_delay_seconds, NULL::boolean AS backoff_jitter,
+           NULL::integer AS expire_in_seconds, NULL::integer AS retention_ttl_seconds,
+           NULL::integer AS timeout_seconds, NULL::text AS preferred_instance_key_pattern,
+           NULL::text AS idempotency_key, NULL::text AS singleton_key,
+           NULL::text AS group_id, NULL::jsonb AS attrs, 1::bigint AS ord
 
 -- fragment: insert_entries
 -- The INSERT of the entries, up to its conflict handling.

@@ -126,8 +126,9 @@ async def test_the_claim_returns_claimeds_fields_in_order(pg_dsn: str, schema: s
 
 
 def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db) -> None:
-    """The commonest add tries the CTE-free INSERT first; only a queue with no
-    row yet, or one paused for adds, takes the full statement after it."""
+    """The commonest add tries the CTE-free INSERT first (its data-only form
+    when the job sets nothing else); only a queue with no row yet, or one
+    paused for adds, takes the full statement after it."""
     names: list[str] = []
 
     def add(**options: Any) -> AddJobResult:
@@ -140,19 +141,25 @@ def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db
         return run_sync(operation, next(operation), execute)
 
     first = add()
-    assert names == ["add_job_to_open_queue", "add_unkeyed_job"]
+    assert names == ["add_default_job_to_open_queue", "add_unkeyed_job"]
     second = add(schedule={"start_after_seconds": 30})
     assert names == ["add_job_to_open_queue"]
     assert second.start_after - first.start_after >= timedelta(seconds=30)
     assert pq.get_job(job_id=second.job_id).start_after == second.start_after
+    third = add()
+    assert names == ["add_default_job_to_open_queue"]
+    assert pq.get_job(job_id=third.job_id).start_after == third.start_after
     pq.pause_queue(queue="open", mode=PauseMode.PROCESSING)
-    add()
+    add(priority=3)
     assert names == ["add_job_to_open_queue"], "paused for processing only: adds still go in"
     pq.pause_queue(queue="open", mode=PauseMode.ALL)
     with pytest.raises(QueuePausedError):
         add()
+    assert names == ["add_default_job_to_open_queue", "add_unkeyed_job"]
+    with pytest.raises(QueuePausedError):
+        add(priority=3)
     assert names == ["add_job_to_open_queue", "add_unkeyed_job"]
-    assert len(pq.get_jobs(queue="open").items) == 3
+    assert len(pq.get_jobs(queue="open").items) == 4
 
 
 def test_a_batch_of_statements_runs_in_turn_without_a_pipeline(pq: PortQueue, db: Db) -> None:

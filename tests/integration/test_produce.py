@@ -275,8 +275,12 @@ def set_queue_defaults(db: Db, schema: str, queue: str, assignments: str) -> Non
     assert db.execute(query, [queue]).rowcount == 1
 
 
+# A job setting nothing but data goes through its own statement
+# (add_default_job_to_open_queue); one setting anything else through the general one.
+@pytest.mark.parametrize("options", [{}, {"schedule": {"start_after_seconds": 10}}],
+                         ids=["data only", "with a delay"])
 def test_queue_defaults_apply_when_the_job_does_not_set_them(
-    client: Any, db: Db, schema: str
+    client: Any, db: Db, schema: str, options: dict[str, Any]
 ) -> None:
     client.add_job(queue="defaults", data={})  # creates the queue row
     set_queue_defaults(db, schema, "defaults",
@@ -284,8 +288,10 @@ def test_queue_defaults_apply_when_the_job_does_not_set_them(
                        "backoff_factor = 5, backoff_max_delay_seconds = 99, backoff_jitter = true, "
                        "expire_in_seconds = 120, timeout_seconds = 30, "
                        "retention_ttl_seconds = 3600")
-    added = client.add_job(queue="defaults", data={}, schedule={"start_after_seconds": 10})
+    added = client.add_job(queue="defaults", data={}, **options)
     row = job_row(db, schema, added.job_id)
+    assert row["start_after"] == added.start_after
+    assert row["retention_ttl_seconds"] is None, "resolved when pruning, not stored"
     assert row["max_attempts"] == 4
     assert row["retry_delay_seconds"] == 7
     assert row["backoff_strategy"] == "linear"
