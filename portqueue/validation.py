@@ -191,6 +191,11 @@ def _checked_size(argument: str, encoded: str, max_bytes: int) -> None:
         raise PayloadTooLarge(argument, f"is {size} bytes encoded, over the {max_bytes} limit")
 
 
+# Exact types only: a subclass (an int-like enum, a str subclass) takes the
+# general checks below.
+_PLAIN_SCALARS = frozenset({str, int, bool, type(None)})
+
+
 def _check_structure(argument: str, value: object) -> bool:
     """Walk an encodable value (no cycles: json.dumps checked); True if it holds a big float.
 
@@ -224,6 +229,8 @@ def _check_structure(argument: str, value: object) -> bool:
         else:
             children = container
         for child in children:
+            if type(child) in _PLAIN_SCALARS:
+                continue  # the commonest values, passed without the isinstance calls
             if isinstance(child, (dict, list, tuple)):
                 stack.append((child, depth + 1))
             elif isinstance(child, float) and not (
