@@ -320,8 +320,19 @@ class Worker:
         return session_lost(error)
 
     async def _connect(self, role: str) -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(
-            self.settings.dsn, autocommit=True, **self.settings.connection_kwargs(role))
+        connecting = asyncio.ensure_future(psycopg.AsyncConnection.connect(
+            self.settings.dsn, autocommit=True, **self.settings.connection_kwargs(role)))
+        try:
+            return await asyncio.shield(connecting)
+        except asyncio.CancelledError:
+            # stop() cancels the loop that is connecting. Cancelled mid-connect,
+            # psycopg leaves a connection that completes to the garbage
+            # collector, and its server session open until then (seen: a
+            # worker stopped right after start kept its LISTEN session). So
+            # the connect runs to its end here and what it opened is closed.
+            with contextlib.suppress(psycopg.Error, OSError):
+                await (await connecting).close()
+            raise
 
     async def _sleep_or_stop(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):

@@ -6,6 +6,7 @@ attempt; jobs completed before the stop are never run again."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 from collections import Counter
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from portqueue import AsyncPortQueue
 from tests.support.rows import job_row
 from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import AsyncHarness, SyncHarness, active, finished_row, row_where
@@ -239,3 +241,37 @@ def test_a_claim_in_flight_when_stop_begins_is_not_left_active(
         assert row["status"] == "pending" and row["attempt"] == 0
     else:
         assert row["status"] == "completed" and ran == [job_id]
+
+
+async def test_a_worker_stopped_right_after_start_leaves_no_session_open(
+    apq_factory: Callable[..., AsyncPortQueue], db: Db
+) -> None:
+    """stop() cancels the listener and heartbeat loops, possibly while they
+    connect: what a connect opens is closed then, not left to the garbage
+    collector (which is off here, so a leaked session would stay)."""
+    pauses = [0, 0, 0.001, 0.003, 0.005, 0.01] * 4
+
+    def sessions() -> list[tuple[int, str]]:
+        rows = db.execute(
+            "SELECT pid, application_name FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'stop-test:%%'"
+        ).fetchall()
+        return [(row[0], row[1]) for row in rows]
+
+    gc.disable()
+    try:
+        for round_, pause in enumerate(pauses):
+            apq = apq_factory(application_name="stop-test")
+
+            @apq.handler("leak")
+            async def handler(job: Any) -> None:
+                pass
+
+            await apq.start()
+            await asyncio.sleep(pause)
+            await apq.stop(abort=bool(round_ % 2))
+            await apq.aclose()
+            # A closed session leaves pg_stat_activity a moment after its client.
+            await wait_until_async(lambda: not sessions(), what=f"no session left, round {round_}")
+    finally:
+        gc.enable()

@@ -49,6 +49,8 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_cancel_reaches_an_async_handler_awaiting_its_signal": _NOTIFY,
     "tests/integration/test_worker_context.py::"
     "test_many_handlers_opening_their_first_transaction_at_once": _SERVER_CONNECTIONS,
+    "tests/integration/test_worker_shutdown.py::"
+    "test_a_worker_stopped_right_after_start_leaves_no_session_open": _SERVER_CONNECTIONS,
     "tests/integration/test_worker_context.py::"
     "test_many_async_handlers_opening_their_first_transaction_at_once": _SERVER_CONNECTIONS,
     "tests/integration/test_worker_wakeups.py::"
