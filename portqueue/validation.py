@@ -661,9 +661,11 @@ def job_spec(
     if "data" not in options:
         raise InvalidArgument(f"{prefix}data", "is required")
     data_json = payload(f"{prefix}data", options["data"], max_payload_bytes)
+    if job_id is None:
+        job_id = uuid7()
     if _takes_defaults(options):
         # The common add, data and nothing else (this runs for every job added).
-        return JobSpec(uuid7() if job_id is None else job_id, data_json), None
+        return JobSpec(job_id, data_json), None
     sched = schedule(options.get("schedule"), f"{prefix}schedule")
     pattern = options.get("preferred_instance_key_pattern")
     if pattern is not None:
@@ -679,7 +681,7 @@ def job_spec(
     if ret is not None and (ret.keep_completed is not None or ret.keep_failed is not None):
         raise InvalidArgument(f"{prefix}retention", "keep_completed/keep_failed are queue options")
     spec = JobSpec(
-        id=uuid7() if job_id is None else job_id,
+        id=job_id,
         data_json=data_json,
         priority=integer(
             f"{prefix}priority", options.get("priority", 0), minimum=-INT32_MAX, maximum=INT32_MAX
