@@ -584,6 +584,8 @@ def add_job(
 # streamed: one INSERT per this many entries, in one transaction and one
 # pipeline, each chunk validated and encoded while the server inserts the one
 # before. A 1,000-job batch took a fifth less time (docs/performance.md).
+# poll_only clients stream too: a pipeline is plain extended protocol, and the
+# transaction keeps PgBouncer's server connection until it ends.
 STREAM_CHUNK = 250
 
 
@@ -596,8 +598,7 @@ def add_job_batch(
     every entry is validated before the one statement is sent."""
     queue = validation.queue_name(queue)
     entries = validation.job_entries(jobs)
-    if (streamed and not settings.poll_only and len(entries) > STREAM_CHUNK
-            and not any(map(_names_a_key, entries))):
+    if streamed and len(entries) > STREAM_CHUNK and not any(map(_names_a_key, entries)):
         return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs))
     ids = uuid7s(len(entries))
     specs = [_batch_spec(settings, index, entry, attrs, ids[index])

@@ -10,7 +10,6 @@ commits on its own, with no transaction left open on the pooled connection.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import threading
 import uuid
@@ -172,10 +171,8 @@ def test_a_batch_of_statements_runs_in_turn_without_a_pipeline(pq: PortQueue, db
         return execute_sync(db, query)
 
     size = 2 * operations.STREAM_CHUNK + 1
-    # (Through PgBouncer the test clients are poll_only, which never streams.)
-    settings = dataclasses.replace(pq._settings, poll_only=False)
     operation = operations.add_job_batch(
-        settings, "in-turn", [{"data": n} for n in range(size)], streamed=True)
+        pq._settings, "in-turn", [{"data": n} for n in range(size)], streamed=True)
     with db.transaction():
         results = run_sync(operation, next(operation), execute)
     assert names == ["add_unkeyed_jobs", "add_unkeyed_jobs", "add_unkeyed_job"]
