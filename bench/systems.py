@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import make_conninfo
 
 QUEUE = "bench"
 OnJob = Callable[[dict[str, Any]], None]
@@ -36,6 +37,17 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 SYSTEMS = ["portqueue", "procrastinate", "pgqueuer", "rawsql"]
+
+
+def worker_dsn(dsn: str, settings: dict[str, Any]) -> str:
+    """The worker's DSN: with ``worker_synchronous_commit`` set (portqueue and raw SQL
+    only, e.g. ``--set portqueue.worker_synchronous_commit=off``), every session the
+    worker opens commits that way. Producers stay durable. Not a default: the
+    benchmark compares durable systems (README: "Durability opt-in")."""
+    mode = settings.get("worker_synchronous_commit")
+    if not mode:
+        return dsn
+    return make_conninfo(dsn, options=f"-c synchronous_commit={mode}")
 
 
 def database(system: str) -> str:
@@ -110,7 +122,7 @@ class PortQueueSystem:
                    stop: asyncio.Event) -> None:
         from portqueue import AsyncPortQueue
 
-        client = AsyncPortQueue(dsn)
+        client = AsyncPortQueue(worker_dsn(dsn, settings))
 
         @client.handler(QUEUE, concurrency=settings["concurrency"])
         async def handle(job: Any) -> None:
@@ -400,7 +412,7 @@ class RawSqlSystem:
     def work_sync(self, dsn: str, settings: dict[str, Any], on_job: OnJob,
                   stop: threading.Event) -> None:
         batch = settings["batch_size"]
-        with psycopg.connect(dsn, autocommit=True) as conn, \
+        with psycopg.connect(worker_dsn(dsn, settings), autocommit=True) as conn, \
                 psycopg.connect(dsn, autocommit=True) as listen:
             listen.execute("LISTEN raw_job")
             while not stop.is_set():

@@ -119,6 +119,7 @@ class Worker:
         self._sync_pool: ConnectionPool | None = None
         self._sync_pool_lock = threading.Lock()
         self._handler_pool: AsyncConnectionPool | None = None
+        self._fetcher_conn: psycopg.AsyncConnection[Any] | None = None
         # Connections async handlers hold now (job.transaction()): closed at
         # stop if their handler refuses to end (see _cancel_async_handlers).
         self._handler_connections: set[psycopg.AsyncConnection[Any]] = set()
@@ -150,17 +151,20 @@ class Worker:
         self._callback_thread = ThreadPoolExecutor(max_workers=1,
                                                    thread_name_prefix="portqueue-callbacks")
         self.pool = AsyncConnectionPool(
-            # Claims, the completer, event reads and the maintenance services;
-            # handlers never use it, so none of these can be starved by them.
-            # Autocommit: claims and completions are single statements, one
-            # round trip each; what needs a transaction opens one.
-            self.settings.dsn, min_size=2, max_size=8, open=False,
+            # The completer, event reads and the maintenance services (claims
+            # have a connection of their own); handlers never use it, so none
+            # of these can be starved by them. Autocommit: completions are
+            # single statements, one round trip each; what needs a
+            # transaction opens one.
+            self.settings.dsn, min_size=1, max_size=7, open=False,
             kwargs={**self.settings.connection_kwargs("worker"), "autocommit": True},
             connection_class=AsyncCursorKeepingConnection, name="portqueue:worker")
         await self.pool.open(wait=True, timeout=30)
         await self._execute(*[self.q("upsert_queue", **spec.queue_row())
                               for spec in self.queues.values()])
         await self._execute(self._registration())
+        if self.queues:  # a scheduler/maintenance-only worker claims nothing
+            await self._fetcher()
         self._spawn(self._fetch_loop(), "fetcher")
         self._completer = asyncio.create_task(self._complete_loop(), name="portqueue-completer")
         self._spawn(self._heartbeat_loop(), "heartbeat")
@@ -223,6 +227,7 @@ class Worker:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self._close_fetcher()  # the fetch loop's own, unless it never ran
         with contextlib.suppress(psycopg.Error):
             await self._execute(self.q("unregister_worker", id=self.id))
         await self.pool.close()
@@ -345,6 +350,27 @@ class Worker:
                 for name, spec in self.queues.items()}
 
     async def _fetch_loop(self) -> None:
+        try:
+            await self._fetch_until_stopped()
+        finally:
+            await self._close_fetcher()
+
+    async def _fetcher(self) -> psycopg.AsyncConnection[Any]:
+        # Claims run on a connection of their own, not one from the pool: no
+        # checkout per claim, and always the same warm backend (the pool hands
+        # its idle connections out in turn). About a tenth of an idle worker's
+        # commit-to-start latency (docs/performance.md).
+        if self._fetcher_conn is None or self._fetcher_conn.closed:
+            self._fetcher_conn = await self._connect("fetcher")
+        return self._fetcher_conn
+
+    async def _close_fetcher(self) -> None:
+        conn, self._fetcher_conn = self._fetcher_conn, None
+        if conn is not None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await conn.close()
+
+    async def _fetch_until_stopped(self) -> None:
         failures = 0
         retried_at_once = False
         while not self._stopping:
@@ -366,9 +392,12 @@ class Worker:
                     failures = 0
                     retried_at_once = False
                 except psycopg.Error as exc:
-                    # A session that was ended (a restart, a failover) is
-                    # retried at once, on a checked pool, not backed off as
-                    # if the database were still refusing: once in a row.
+                    # The next claim opens a new connection: after an error its
+                    # session may be gone (a restart, a failover, terminated).
+                    await self._close_fetcher()
+                    # A session that was ended is retried at once, on a checked
+                    # pool, not backed off as if the database were still
+                    # refusing: once in a row.
                     at_once = await self._check_pool_after(exc) and not retried_at_once
                     retried_at_once = at_once
                     failures += 0 if at_once else 1
@@ -399,8 +428,7 @@ class Worker:
             instance_key=self.settings.instance_key,
             worker_id=self.id,
         )
-        async with self.pool.connection() as conn:
-            rows = await fetch_async(conn, query, Claimed.rows)
+        rows = await fetch_async(await self._fetcher(), query, Claimed.rows)
         started = []
         for claimed in rows:
             if claimed.status == "expired":

@@ -207,7 +207,7 @@ async def test_async_stop_drains_and_abort_releases(
 def claim_waiting_on_lock(db: Db) -> bool:
     row = db.execute(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND application_name = 'portqueue:worker' AND wait_event_type = 'Lock'").fetchone()
+        "AND application_name = 'portqueue:fetcher' AND wait_event_type = 'Lock'").fetchone()
     return row is not None and row[0] > 0
 
 

@@ -207,6 +207,28 @@ def test_listener_is_the_only_extra_connection_and_it_names_itself(
     assert backends(db, "portqueue:worker"), "the worker's own pool names itself"
 
 
+def test_claims_run_on_one_session_of_their_own(harness: SyncHarness, db: Db) -> None:
+    """No pool checkout per claim, and always the same backend: every claim runs
+    on the worker's one fetcher session. A worker that consumes no queue has none."""
+    pq = harness.pq
+    done: list[int] = []
+    pq.create_queue(queue="claims", handler=lambda job: done.append(job.data))
+    harness.start(poll_interval=SLOW_POLL)
+    (fetcher,) = wait_until(lambda: backends(db, "portqueue:fetcher"), what="the fetcher")
+    for n in range(6):
+        pq.add_job(queue="claims", data=n)
+        wait_until(lambda: len(done) > n, what=f"job {n}")  # noqa: B023
+    assert backends(db, "portqueue:fetcher") == [fetcher]
+    (query,) = db.execute("SELECT query FROM pg_stat_activity WHERE pid = %s",
+                          [fetcher]).fetchone() or (None,)
+    assert query is not None and "SKIP LOCKED" in query, "its last statement is a claim"
+    harness.close()
+    wait_until(lambda: not backends(db, "portqueue:fetcher"), what="the fetcher to close")
+    harness.start(queues=[], scheduler=True)
+    wait_until(lambda: backends(db, "portqueue:worker"), what="the service-only worker's pool")
+    assert backends(db, "portqueue:fetcher") == []
+
+
 def test_a_batch_add_sends_one_notification(
     pq: PortQueue, pg_dsn: str, schema: str
 ) -> None:

@@ -61,6 +61,12 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_a_killed_listen_connection_is_replaced_and_followed_by_a_poll": _NOTIFY,
     "tests/integration/test_worker_wakeups.py::"
     "test_listener_is_the_only_extra_connection_and_it_names_itself": _NOTIFY,
+    "tests/integration/test_worker_wakeups.py::"
+    "test_claims_run_on_one_session_of_their_own": _SERVER_CONNECTIONS,
+    "tests/integration/test_commit_durability.py::"
+    "test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producers":
+        "sets synchronous_commit with the `options` startup parameter, which PgBouncer "
+        "refuses (behind PgBouncer: ALTER ROLE … SET synchronous_commit)",
 }
 
 _active: Bouncer | None = None
