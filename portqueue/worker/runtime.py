@@ -78,6 +78,13 @@ def _runner_task(loop: asyncio.AbstractEventLoop,
     return loop.create_task(coroutine)
 
 
+async def _close_quietly(conn: psycopg.AsyncConnection[Any] | None) -> None:
+    """Close a connection of the worker's own that may already be broken."""
+    if conn is not None:
+        with contextlib.suppress(psycopg.Error, OSError):
+            await conn.close()
+
+
 class Worker:
     """One process's worker for the queues given; built by a client's ``start()``/``run()``."""
 
@@ -366,9 +373,7 @@ class Worker:
 
     async def _close_fetcher(self) -> None:
         conn, self._fetcher_conn = self._fetcher_conn, None
-        if conn is not None:
-            with contextlib.suppress(psycopg.Error, OSError):
-                await conn.close()
+        await _close_quietly(conn)
 
     async def _fetch_until_stopped(self) -> None:
         failures = 0
@@ -816,26 +821,29 @@ class Worker:
             interval = min(interval, self.poll_interval)
         conn: psycopg.AsyncConnection[Any] | None = None
         failures = 0
-        while True:
-            try:
-                await asyncio.wait_for(self._touch_now.wait(), interval)
-                # Woken by progress or attrs: gather a burst into one write.
-                await asyncio.sleep(0.05)
-            except asyncio.TimeoutError:
-                pass
-            self._touch_now.clear()
-            try:
-                if conn is None or conn.closed:
-                    conn = await self._connect("heartbeat")
-                await self._touch(conn)
-                failures = 0
-            except psycopg.Error as exc:
-                failures += 1
-                log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
-                if conn is not None:
-                    await conn.close()
-                conn = None
-                await asyncio.sleep(min(0.1 * 2 ** failures, interval))
+        try:
+            while True:
+                try:
+                    await asyncio.wait_for(self._touch_now.wait(), interval)
+                    # Woken by progress or attrs: gather a burst into one write.
+                    await asyncio.sleep(0.05)
+                except asyncio.TimeoutError:
+                    pass
+                self._touch_now.clear()
+                try:
+                    if conn is None or conn.closed:
+                        conn = await self._connect("heartbeat")
+                    await self._touch(conn)
+                    failures = 0
+                except psycopg.Error as exc:
+                    failures += 1
+                    log.warning("worker %s: heartbeat failed (%s)", self.id, exc)
+                    await _close_quietly(conn)
+                    conn = None
+                    await asyncio.sleep(min(0.1 * 2 ** failures, interval))
+        finally:
+            # stop() cancels this loop: its session ends now, not at the next GC.
+            await _close_quietly(conn)
 
     async def _touch(self, conn: psycopg.AsyncConnection[Any]) -> None:
         touched = [r for r in self.running.values() if not r.settled]

@@ -275,3 +275,31 @@ async def test_a_worker_stopped_right_after_start_leaves_no_session_open(
             await wait_until_async(lambda: not sessions(), what=f"no session left, round {round_}")
     finally:
         gc.enable()
+
+
+async def test_a_stopped_worker_closes_its_heartbeat_session(
+    apq_factory: Callable[..., AsyncPortQueue], db: Db
+) -> None:
+    """The heartbeat's connection, opened a third of a lease after start, is closed
+    by stop(), not left to the garbage collector (off here)."""
+    def heartbeats() -> list[int]:
+        rows = db.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+            "AND application_name = 'beat-test:heartbeat'").fetchall()
+        return [row[0] for row in rows]
+
+    gc.disable()
+    try:
+        apq = apq_factory(application_name="beat-test")
+
+        @apq.handler("beat", lease_seconds=1)
+        async def handler(job: Any) -> None:
+            pass
+
+        await apq.start()
+        await wait_until_async(heartbeats, what="the heartbeat's session")
+        await apq.stop()
+        await apq.aclose()
+        await wait_until_async(lambda: not heartbeats(), what="the heartbeat's session to end")
+    finally:
+        gc.enable()

@@ -51,6 +51,8 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_many_handlers_opening_their_first_transaction_at_once": _SERVER_CONNECTIONS,
     "tests/integration/test_worker_shutdown.py::"
     "test_a_worker_stopped_right_after_start_leaves_no_session_open": _SERVER_CONNECTIONS,
+    "tests/integration/test_worker_shutdown.py::"
+    "test_a_stopped_worker_closes_its_heartbeat_session": _SERVER_CONNECTIONS,
     "tests/integration/test_worker_context.py::"
     "test_many_async_handlers_opening_their_first_transaction_at_once": _SERVER_CONNECTIONS,
     "tests/integration/test_worker_wakeups.py::"
