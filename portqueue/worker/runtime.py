@@ -397,12 +397,12 @@ class Worker:
                     failures = 0
                     retried_at_once = False
                 except psycopg.Error as exc:
-                    # The next claim opens a new connection: after an error its
-                    # session may be gone (a restart, a failover, terminated).
+                    # The claim's session may be gone (a restart, a failover, a
+                    # terminated backend): the next claim opens a new one, and is
+                    # tried at once rather than backed off as if the database
+                    # still refused, once in a row. The pool (completions) is
+                    # checked meanwhile.
                     await self._close_fetcher()
-                    # A session that was ended is retried at once, on a checked
-                    # pool, not backed off as if the database were still
-                    # refusing: once in a row.
                     at_once = await self._check_pool_after(exc) and not retried_at_once
                     retried_at_once = at_once
                     failures += 0 if at_once else 1

@@ -21,13 +21,19 @@ from tests.support.workers import finished_row
 Db = psycopg.Connection[Any]
 
 
+EFFECTS = "test_commit_mode_effects"
+
+
 @pytest.fixture
 def commit_modes(db: Db, schema: str) -> Iterator[sql.Composable]:
-    """A table of (status written, synchronous_commit in force), filled by a trigger."""
+    """A table of (status written, synchronous_commit in force), filled by a trigger,
+    and one for a handler's effects (EFFECTS); both dropped afterwards."""
     table = sql.Identifier(schema, "test_commit_modes")
     function = sql.Identifier(schema, "test_record_commit_mode")
     job = sql.Identifier(schema, "job")
+    effects = sql.Identifier(schema, EFFECTS)
     db.execute(sql.SQL("""
+        CREATE TABLE {effects} (job_id uuid, mode text);
         CREATE TABLE {table} (job_id uuid, status text, mode text, seq serial);
         CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN
@@ -37,11 +43,12 @@ def commit_modes(db: Db, schema: str) -> Iterator[sql.Composable]:
         END $$;
         CREATE TRIGGER test_record_commit_mode AFTER INSERT OR UPDATE ON {job}
             FOR EACH ROW EXECUTE FUNCTION {function}();
-    """).format(table=table, function=function, job=job))
+    """).format(table=table, function=function, job=job, effects=effects))
     try:
         yield table
     finally:
-        db.execute(sql.SQL("DROP FUNCTION {} CASCADE; DROP TABLE {}").format(function, table))
+        db.execute(sql.SQL("DROP FUNCTION {} CASCADE; DROP TABLE {}, {}")
+                   .format(function, table, effects))
 
 
 def modes(db: Db, table: sql.Composable, job_id: str) -> list[tuple[str, str]]:
@@ -53,8 +60,7 @@ def modes(db: Db, table: sql.Composable, job_id: str) -> list[tuple[str, str]]:
 def test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producers(
     pq: PortQueue, pg_dsn: str, schema: str, db: Db, commit_modes: sql.Composable,
 ) -> None:
-    effects = sql.Identifier(schema, "test_commit_mode_effects")
-    db.execute(sql.SQL("CREATE TABLE {} (job_id uuid, mode text)").format(effects))
+    effects = sql.Identifier(schema, EFFECTS)
     worker_dsn = make_conninfo(pg_dsn, options="-c synchronous_commit=off")
     worker = PortQueue(worker_dsn, schema=schema)
     try:
@@ -80,4 +86,3 @@ def test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producer
             ("pending", "on"), ("active", "off"), ("completed", "off")], job_id
     (effect,) = db.execute(sql.SQL("SELECT mode FROM {}").format(effects)).fetchall()
     assert effect == ("off",), "job.transaction() runs on the worker's DSN too"
-    db.execute(sql.SQL("DROP TABLE {}").format(effects))
