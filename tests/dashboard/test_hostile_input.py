@@ -11,6 +11,7 @@ import pytest
 
 from portqueue import AsyncPortQueue
 from tests.dashboard.conftest import csrf_token, job_ids_listed
+from tests.support.job_ids import odd_spellings
 
 NESTED = "[" * 10_000 + "]" * 10_000
 HUGE_INTEGER = "1" * 5_000
@@ -83,3 +84,17 @@ async def test_a_content_length_of_superscript_digits_is_a_400(
     assert response.status_code == 400, response.text[:300]
     assert "content-length:" in response.text
     assert (await apq.get_queues()).total == 0
+
+
+async def test_a_job_id_is_ascii_hex_only(
+    dashboard: httpx.AsyncClient, apq: AsyncPortQueue
+) -> None:
+    added = await apq.add_job(queue="hostile", data={"keep": True})
+    assert added.job_id is not None
+    assert (await dashboard.get(f"/jobs/{added.job_id}")).status_code == 200
+    token = csrf_token((await dashboard.get("/jobs/new")).text)
+    for spelling in odd_spellings(added.job_id):
+        assert (await dashboard.get(f"/jobs/{spelling}")).status_code == 404, spelling
+        removed = await dashboard.post(f"/jobs/{spelling}/remove", data={"csrf_token": token})
+        assert removed.status_code == 400, spelling
+    assert await apq.get_job(job_id=added.job_id) is not None, "another spelling removed it"

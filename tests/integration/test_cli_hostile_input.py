@@ -10,9 +10,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from portqueue import PortQueue
 from tests.conftest import count_jobs
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.cli import Cli
+from tests.support.job_ids import odd_spellings
 
 Db = psycopg.Connection[Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,3 +86,15 @@ def test_integer_options_take_ascii_digits_only(
     result = cli(*args)
     assert result.exit_code == 2, result.output
     assert count_jobs(db, schema) == 0
+
+
+def test_a_job_id_in_other_digits_names_no_job(cli: Cli, pq: PortQueue) -> None:
+    added = pq.add_job(queue="hostile", data={})
+    assert added.job_id is not None
+    for spelling in odd_spellings(added.job_id):
+        for command in ("job", "retry", "cancel", "remove"):
+            result = cli(command, spelling)
+            assert result.exit_code == 2, (command, spelling, result.output)
+            assert "must be a UUID string" in result.stderr
+    job = pq.get_job(job_id=added.job_id)
+    assert job is not None and job.status.value == "pending"
