@@ -35,18 +35,14 @@ def integer(argument: str, text: str, *, minimum: int, maximum: int) -> int:
     """``text`` as a decimal integer of ASCII digits (an optional sign, spaces
     around it allowed) from ``minimum`` to ``maximum``."""
     stripped = text.strip(" \t")
-    refused = InvalidArgument(argument, f"expected an integer from {minimum} to {maximum}")
-    if _INTEGER_RE.fullmatch(stripped) is None:
-        raise refused
-    sign = "-" if stripped[0] == "-" else ""
-    digits = stripped.lstrip("+-").lstrip("0") or "0"
-    # Before int(): converting thousands of digits is slow, then refused anyway.
-    if len(digits) > len(str(max(abs(minimum), abs(maximum)))):
-        raise refused
-    value = int(sign + digits)
-    if not minimum <= value <= maximum:
-        raise refused
-    return value
+    if _INTEGER_RE.fullmatch(stripped):
+        digits = stripped.lstrip("+-").lstrip("0") or "0"
+        # Length first: int() of thousands of digits is slow, and refused anyway.
+        if len(digits) <= len(str(max(abs(minimum), abs(maximum)))):
+            value = -int(digits) if stripped[0] == "-" else int(digits)
+            if minimum <= value <= maximum:
+                return value
+    raise InvalidArgument(argument, f"expected an integer from {minimum} to {maximum}")
 
 
 def json_value(argument: str, text: str) -> Any:
