@@ -119,10 +119,15 @@ def seconds(argument: str, value: object, *, minimum: int = 0) -> int | None:
     return optional_integer(argument, value, minimum=minimum)
 
 
+# uuid.UUID() reads the hex with int(…, 16), which also takes other scripts'
+# digits ("٣" is 3), "+" and "_": "…0000000_0001" would name another job.
+_UUID_TEXT_RE = re.compile(r"(?:urn:uuid:)?\{?[0-9A-Fa-f-]+\}?")
+
+
 def job_id(value: object, argument: str = "job_id") -> str:
     if isinstance(value, uuid.UUID):
         return str(value)
-    if isinstance(value, str):
+    if isinstance(value, str) and _UUID_TEXT_RE.fullmatch(value):
         try:
             return str(uuid.UUID(value))
         except ValueError:

@@ -22,6 +22,13 @@ from portqueue.cli.base import (
 from portqueue.cli.session import check_connection
 from portqueue.errors import InvalidArgument, PortQueueError
 
+# serve()'s argument names as this command spells them.
+OPTION_NAMES = {"allowed_hosts": "allow-host", "session_lifetime_seconds": "session-lifetime"}
+
+
+def _names(values: list[str] | None) -> list[str]:
+    return [name.strip() for value in values or [] for name in value.split(",") if name.strip()]
+
 
 @app.command("dashboard")
 def dashboard_command(
@@ -36,6 +43,13 @@ def dashboard_command(
     token: Annotated[str | None, typer.Option(
         "--token", envvar="PORTQUEUE_DASHBOARD_TOKEN",
         help="Require this bearer token (8 characters or more).", show_default=False)] = None,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        "--allow-host", help="Also serve requests whose Host is this name or address (repeat "
+        "or comma-separate for several; '*' for any). Loopback names and --host are always "
+        "served; any other Host gets 421 (DNS rebinding).", show_default=False)] = None,
+    session_lifetime: Annotated[int | None, typer.Option(
+        "--session-lifetime", help="Seconds the session a ?token= link opens lasts "
+        "(default 43200: 12 hours).", show_default=False)] = None,
     dsn: DsnOption = None,
     schema: SchemaOption = "portqueue",
 ) -> None:
@@ -49,7 +63,8 @@ def dashboard_command(
 
         portqueue dashboard --port 8080
 
-        PORTQUEUE_DASHBOARD_AUTH=ops:s3cret portqueue dashboard --host 0.0.0.0
+        PORTQUEUE_DASHBOARD_AUTH=ops:s3cret portqueue dashboard --host 0.0.0.0 \\
+            --allow-host dash.example.com
     """
     dsn = require_dsn(dsn)
     schema = checked_schema(schema)
@@ -61,10 +76,14 @@ def dashboard_command(
              f"({exc})")
     check_connection(dsn)
     try:
-        serve(dsn=dsn, schema=schema, host=host, port=port, auth=auth, token=token)
+        lifetime = {} if session_lifetime is None else {
+            "session_lifetime_seconds": session_lifetime}
+        serve(dsn=dsn, schema=schema, host=host, port=port, auth=auth, token=token,
+              allowed_hosts=_names(allow_host), **lifetime)
     except KeyboardInterrupt:
         return
-    except InvalidArgument as exc:  # the dashboard checks --auth, --token and --host
-        fail(EXIT_USAGE, f"--{exc}")
+    except InvalidArgument as exc:  # the dashboard checks its options
+        fail(EXIT_USAGE, f"--{OPTION_NAMES.get(exc.argument, exc.argument)}"
+             f"{str(exc)[len(exc.argument):]}")
     except (PortQueueError, psycopg.Error, OSError) as exc:  # the port is taken, no schema
         fail(EXIT_FAILURE, f"dashboard failed: {redact(describe(exc), dsn)}")

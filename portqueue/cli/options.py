@@ -3,13 +3,12 @@ bad input is exit 2 and writes nothing)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
 
-from portqueue import validation
+from portqueue import parsing, validation
 from portqueue.cli.base import EXIT_USAGE, fail
 from portqueue.errors import InvalidArgument
 from portqueue.types import JobStatus
@@ -71,6 +70,6 @@ def window(limit: int, offset: int) -> tuple[int, int]:
 
 def json_value(text: str, argument: str) -> Any:
     try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        fail(EXIT_USAGE, f"{argument}: not valid JSON ({exc})")
+        return parsing.json_value(argument, text)
+    except InvalidArgument as exc:
+        fail(EXIT_USAGE, str(exc))

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from portqueue import parsing
 from portqueue.dashboard import params
 from portqueue.dashboard.csrf import CSRF_FIELD, csrf_ok
 from portqueue.dashboard.render import link, render
@@ -33,8 +34,9 @@ Handler = Callable[[Request, FormData], Awaitable[Response]]
 def action(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     @wraps(handler)
     async def checked(request: Request) -> Response:
-        length = request.headers.get("content-length", "")
-        if length.isdigit() and int(length) > MAX_FORM_BYTES:
+        length = request.headers.get("content-length")
+        if length is not None and parsing.integer(
+                "content-length", length, minimum=0, maximum=2**63 - 1) > MAX_FORM_BYTES:
             raise HTTPException(413, "The form is too large.")
         form = await request.form()
         if not csrf_ok(request.scope, form.get(CSRF_FIELD)):

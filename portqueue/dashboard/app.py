@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from importlib import resources
 
 import psycopg
@@ -15,11 +16,13 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from portqueue.async_client import AsyncPortQueue
-from portqueue.dashboard import actions, views
+from portqueue.dashboard import actions, hosts, views
 from portqueue.dashboard.auth import AuthMiddleware, credentials
 from portqueue.dashboard.csrf import CsrfMiddleware
 from portqueue.dashboard.headers import HeadersMiddleware
+from portqueue.dashboard.hosts import HostMiddleware
 from portqueue.dashboard.render import render
+from portqueue.dashboard.sessions import DEFAULT_SESSION_LIFETIME_SECONDS
 from portqueue.errors import InvalidArgument
 
 log = logging.getLogger("portqueue.dashboard")
@@ -76,26 +79,39 @@ def create_app(
     auth: str | None = None,
     token: str | None = None,
     csrf_secret: bytes | None = None,
+    allowed_hosts: Iterable[str] | None = None,
+    session_lifetime_seconds: int = DEFAULT_SESSION_LIFETIME_SECONDS,
 ) -> ASGIApp:
     """The dashboard as an ASGI app reading and acting through ``client``.
 
     ``auth`` ("user:password") requires HTTP Basic credentials; ``token``
     requires ``Authorization: Bearer <token>``, or a ``?token=<token>`` link
-    once (it is exchanged for a session cookie). With both, either is
+    once (it is exchanged for a session cookie that lasts
+    ``session_lifetime_seconds``, default 12 hours). With both, either is
     accepted; with neither, anyone who can reach the port can use it.
     ``csrf_secret`` (default: random per process) keys the forms' CSRF tokens;
     give several processes behind one address the same secret.
 
-    The caller owns ``client``: the app never closes it. Bad ``auth`` or
-    ``token`` values raise ``ValueError`` here.
+    Only requests whose ``Host`` is ``localhost``, ``127.0.0.1``, ``[::1]``
+    (any port) or one of ``allowed_hosts`` (names or addresses, no port) are
+    served; any other gets 421, which defeats DNS rebinding. List the names
+    browsers use to reach the dashboard (``["dash.example.com"]``); ``["*"]``
+    turns the check off, for a proxy in front that checks ``Host`` itself.
+
+    The caller owns ``client``: the app never closes it. Bad ``auth``,
+    ``token``, ``allowed_hosts`` or ``session_lifetime_seconds`` values raise
+    ``ValueError`` here.
     """
-    accepted = credentials(auth, token)
+    accepted = credentials(auth, token, session_lifetime_seconds)
+    served = hosts.allowed_hosts(allowed_hosts)
     app = Starlette(
         routes=ROUTES,
         exception_handlers={HTTPException: _http_error, InvalidArgument: _bad_input,
                             psycopg.OperationalError: _database_down},
         middleware=[
             Middleware(HeadersMiddleware),
+            # Before authentication and the CSRF cookie: a refused Host gets neither.
+            Middleware(HostMiddleware, allowed=served),
             Middleware(AuthMiddleware, credentials=accepted),
             Middleware(CsrfMiddleware, secret=csrf_secret),
         ],

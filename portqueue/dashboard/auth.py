@@ -1,18 +1,18 @@
 """Authentication: HTTP Basic, a bearer token, or the session cookie a
-``?token=`` link is exchanged for; 401 otherwise. Every comparison of a secret
-is constant-time."""
+``?token=`` link is exchanged for (see ``sessions``); 401 otherwise. Every
+comparison of a secret is constant-time."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from portqueue.dashboard import sessions
 from portqueue.dashboard.scope import cookies, equal, header, query, raw_query, set_cookie
 from portqueue.errors import InvalidArgument
 
@@ -26,21 +26,20 @@ class Credentials:
 
     basic: bytes | None = None   # the exact "user:password" bytes a Basic header decodes to
     token: str | None = None
+    session_lifetime_seconds: int = sessions.DEFAULT_SESSION_LIFETIME_SECONDS
+    session_key: bytes = field(default=b"", repr=False)  # derived from token
 
     @property
     def required(self) -> bool:
         return self.basic is not None or self.token is not None
 
-    def session_value(self) -> str:
-        """The session cookie's value: derived from the token, so the cookie
-        never holds the token itself."""
-        assert self.token is not None
-        return hmac.new(self.token.encode(), b"portqueue-dashboard-session",
-                        hashlib.sha256).hexdigest()
 
-
-def credentials(auth: str | None, token: str | None) -> Credentials:
-    """Validate the ``auth`` ("user:password") and ``token`` settings."""
+def credentials(
+    auth: str | None,
+    token: str | None,
+    session_lifetime_seconds: int = sessions.DEFAULT_SESSION_LIFETIME_SECONDS,
+) -> Credentials:
+    """Validate the ``auth`` ("user:password"), ``token`` and session lifetime settings."""
     basic = None
     if auth is not None:
         user, colon, password = auth.partition(":") if isinstance(auth, str) else ("", "", "")
@@ -51,7 +50,9 @@ def credentials(auth: str | None, token: str | None) -> Credentials:
     if token is not None and (not isinstance(token, str) or len(token) < 8):
         # A short token is brute-forced over the network in minutes.
         raise InvalidArgument("token", "expected a string of at least 8 characters")
-    return Credentials(basic=basic, token=token)
+    return Credentials(basic=basic, token=token,
+                       session_lifetime_seconds=sessions.lifetime(session_lifetime_seconds),
+                       session_key=b"" if token is None else sessions.session_key(token))
 
 
 class AuthMiddleware:
@@ -88,7 +89,8 @@ class AuthMiddleware:
                 return equal(value.strip(), creds.token)
             session = cookies(scope).get(SESSION_COOKIE)
             if session is not None:
-                return equal(session, creds.session_value())
+                return sessions.session_ok(creds.session_key, session,
+                                           creds.session_lifetime_seconds)
         return False
 
     def _query_token_ok(self, scope: Scope) -> bool:
@@ -106,7 +108,8 @@ class AuthMiddleware:
         location = quote(scope.get("root_path", "") + "/" + scope["path"].lstrip("/"))
         if rest:
             location += "?" + urlencode(rest)
-        cookie = set_cookie(SESSION_COOKIE, self.credentials.session_value(), "Lax")
+        cookie = set_cookie(SESSION_COOKIE, sessions.new_session(self.credentials.session_key),
+                            "Lax", max_age=self.credentials.session_lifetime_seconds)
         await send({"type": "http.response.start", "status": 303, "headers": [
             (b"location", location.encode("latin-1")), (b"set-cookie", cookie),
             (b"content-length", b"0")]})

@@ -6,12 +6,11 @@ into a 400 page, so a mistyped URL explains itself instead of showing nothing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from portqueue import validation
+from portqueue import parsing, validation
 from portqueue.errors import InvalidArgument
 from portqueue.types import JobStatus, PauseMode
 
@@ -46,10 +45,8 @@ def offset(number: int) -> int:
 
 
 def page_number(params: Mapping[str, str]) -> int:
-    raw = params.get("page") or "1"
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE_NUMBER:
-        raise InvalidArgument("page", f"expected a page number from 1 to {MAX_PAGE_NUMBER}")
-    return int(raw)
+    return parsing.integer("page", params.get("page") or "1", minimum=1,
+                           maximum=MAX_PAGE_NUMBER)
 
 
 def optional(params: Mapping[str, str], name: str) -> str | None:
@@ -82,24 +79,14 @@ def pause_mode(form: Mapping[str, Any]) -> PauseMode:
 
 
 def json_data(text: str) -> Any:
-    """The add form's data field, parsed as JSON (NaN and Infinity refused)."""
-    def refuse(constant: str) -> None:
-        raise InvalidArgument("data", f"{constant} is not JSON")
-
+    """The add form's data field, parsed as JSON (see ``parsing.json_value``)."""
     if not text.strip():
         raise InvalidArgument("data", "enter a JSON value, e.g. {} or {\"to\": \"a@b.com\"}")
-    try:
-        return json.loads(text, parse_constant=refuse)
-    except json.JSONDecodeError as exc:
-        raise InvalidArgument(
-            "data", f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
+    return parsing.json_value("data", text)
 
 
 def priority(text: str) -> int:
     if not text.strip():
         return 0
-    try:
-        return int(text)
-    except ValueError:
-        raise InvalidArgument("priority", "expected an integer") from None
+    return parsing.integer("priority", text, minimum=-validation.INT32_MAX,
+                           maximum=validation.INT32_MAX)

@@ -30,8 +30,10 @@ def cookies(scope: Scope) -> dict[str, str]:
     return {key: morsel.value for key, morsel in jar.items()}
 
 
-def set_cookie(name: str, value: str, same_site: str) -> bytes:
-    return f"{name}={value}; Path=/; HttpOnly; SameSite={same_site}".encode("latin-1")
+def set_cookie(name: str, value: str, same_site: str, *, max_age: int | None = None) -> bytes:
+    # Without Max-Age the browser keeps the cookie until it closes.
+    lifetime = "" if max_age is None else f"; Max-Age={max_age}"
+    return f"{name}={value}; Path=/; HttpOnly; SameSite={same_site}{lifetime}".encode("latin-1")
 
 
 def equal(supplied: str, expected: str | bytes) -> bool:

@@ -16,7 +16,7 @@ from portqueue.dashboard import create_app
 
 USER, PASSWORD = "admin", "correct horse battery"
 TOKEN = "s3cret-dashboard-token"
-BASE_URL = "http://dashboard.test"
+BASE_URL = "http://localhost"  # a Host the dashboard serves
 
 _CSRF_RE = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 
