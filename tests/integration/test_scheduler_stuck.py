@@ -17,10 +17,10 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.rows import dict_row
 
 from portqueue import PortQueue
 from portqueue.scheduler import Scheduler
+from tests.integration.test_scheduler import spawned_jobs
 from tests.support.rows import db_now, schedule_row
 from tests.support.services import service_pool, settings_for
 from tests.support.waiting import wait_until
@@ -68,14 +68,6 @@ def normal_schedule(pq: PortQueue, db: Db, schema: str, every: int) -> str:
     return added.schedule_id
 
 
-def jobs_of(db: Db, schema: str, schedule_id: str) -> list[dict[str, Any]]:
-    query = sql.SQL("SELECT * FROM {} WHERE schedule_id = %s ORDER BY scheduled_for").format(
-        sql.Identifier(schema, "job"))
-    with db.cursor(row_factory=dict_row) as cursor:
-        cursor.execute(query, [schedule_id])
-        return cursor.fetchall()
-
-
 def passes(pg_dsn: str, schema: str, count: int) -> list[int]:
     """``count`` passes of one scheduler (what it remembers lasts between them)."""
 
@@ -105,7 +97,7 @@ def test_a_finished_year_field_spawns_its_last_tick_then_is_disabled(
 
     assert passes(pg_dsn, schema, 3) == [3, 0, 0]
     for schedule_id in finished:
-        (job,) = jobs_of(db, schema, schedule_id)
+        (job,) = spawned_jobs(db, schema, schedule_id)
         assert job["scheduled_for"] == ticks[schedule_id]
         row = schedule_row(db, schema, schedule_id)
         assert row["enabled"] is False
@@ -129,10 +121,10 @@ def test_rows_that_cannot_advance_never_starve_the_others(
     normal = normal_schedule(pq, db, schema, every=3600)
 
     assert passes(pg_dsn, schema, 3) == [BATCH + 1, 0, 0]
-    assert len(jobs_of(db, schema, normal)) == 1
+    assert len(spawned_jobs(db, schema, normal)) == 1
     assert schedule_row(db, schema, normal)["next_run_at"] > db_now(db)
     for schedule_id in broken:
-        assert jobs_of(db, schema, schedule_id) == []
+        assert spawned_jobs(db, schema, schedule_id) == []
         row = schedule_row(db, schema, schedule_id)
         # left as it is, for a host that has the zone, and for a person to see
         assert row["enabled"] is True and row["next_run_at"] < db_now(db)
@@ -151,7 +143,7 @@ def test_a_worker_beside_a_batch_of_stuck_rows_keeps_spawning(
         client.start(queues=[], maintenance=False)
         try:
             # Three ticks of the good schedule are three passes or more.
-            wait_until(lambda: len(jobs_of(db, schema, normal)) >= 3, timeout=30,
+            wait_until(lambda: len(spawned_jobs(db, schema, normal)) >= 3, timeout=30,
                        what="three jobs from the schedule beside the stuck rows")
         finally:
             client.stop()
@@ -176,6 +168,6 @@ def test_a_worker_spawns_a_one_tick_cron_then_disables_it(
                        timeout=30, what="the schedule to be disabled after its last tick")
         finally:
             client.stop()
-    (job,) = jobs_of(db, schema, added.schedule_id)
+    (job,) = spawned_jobs(db, schema, added.schedule_id)
     assert job["scheduled_for"] == tick
     assert mentions(caplog, [added.schedule_id]) == {added.schedule_id: 1}

@@ -8,7 +8,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from portqueue import InvalidArgument
+from portqueue import CronSpec, InvalidArgument, Schedule
+from portqueue.operations import next_run_at
 from portqueue.scheduler import next_tick
 from portqueue.validation import cron_spec
 
@@ -59,6 +60,17 @@ def test_a_cron_with_no_tick_after_now_is_refused(pattern: str) -> None:
         cron_spec(pattern)
     assert raised.value.argument == "schedule.cron.pattern"
     assert "never fires" in str(raised.value)
+
+
+def test_the_add_refuses_a_last_tick_past_on_the_database_clock() -> None:
+    # The validator asks the host's clock; the add computes the first tick on
+    # the database's, before anything is written, and refuses it the same way.
+    schedule = Schedule(cron=CronSpec("0 12 31 12 * 0 2027"))
+    assert next_run_at(schedule, at("2027-12-31T11:59:59+00:00")) == at(
+        "2027-12-31T12:00:00+00:00")
+    with pytest.raises(InvalidArgument) as raised:
+        next_run_at(schedule, at("2027-12-31T12:00:00+00:00"))
+    assert raised.value.argument == "schedule.cron.pattern"
 
 
 def test_a_year_field_with_a_future_tick_is_accepted() -> None:
