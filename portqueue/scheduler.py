@@ -45,6 +45,11 @@ from portqueue.settings import Settings
 
 log = logging.getLogger("portqueue.scheduler")
 
+# What a stored pattern or zone this host cannot read raises: croniter's
+# errors and R/H are ValueErrors, a missing zone is a KeyError
+# (ZoneInfoNotFoundError), a zone path that is a directory an OSError.
+UNREADABLE = (ValueError, KeyError, OSError)
+
 
 def next_tick(
     *, cron: str | None, tz: str, every_seconds: int | None, tick: datetime, now: datetime
@@ -138,11 +143,14 @@ class Scheduler(Service):
                                   every_seconds=row["every_seconds"],
                                   tick=row["next_run_at"], now=row["now"])
         except Exception as exc:
-            # One line, once: the row stays as it is, for a scheduler on a host
-            # that can read it and for whoever fixes or removes it.
+            # Logged once: the row stays as it is, for a scheduler on a host
+            # that can read it and for whoever fixes or removes it. A pattern
+            # or zone this host cannot read needs no traceback; anything else
+            # is a bug, and gets one.
             self._passed_over.add(str(row["id"]))
             log.error("schedule %s: cannot compute its next tick (%s: %s); this scheduler "
-                      "passes over it until it restarts", row["id"], type(exc).__name__, exc)
+                      "passes over it until it restarts", row["id"], type(exc).__name__, exc,
+                      exc_info=not isinstance(exc, UNREADABLE))
             return None
         if following is None:
             log.info("schedule %s: tick %s is its last (its cron has no later match); "
