@@ -91,6 +91,16 @@ class Scheduler(Service):
     done = "spawned %d scheduled job(s)"
     _next_due: float | None = None
 
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
+                 interval: float | None = None, batch_size: int | None = None) -> None:
+        super().__init__(settings, pool, interval, batch_size)
+        # Schedules whose next tick this process cannot compute (a zone its tz
+        # database lacks, a pattern no add accepts, written by SQL or an older
+        # version). Each is logged once and passed over from then on: left
+        # due, it would be locked again by every pass, logged every second,
+        # and a batch full of them would keep every other schedule waiting.
+        self._passed_over: set[str] = set()
+
     def next_sleep(self) -> float:
         # Until the earliest schedule is due, at most one jittered interval
         # (a schedule added meanwhile waits no longer than that).
@@ -101,16 +111,6 @@ class Scheduler(Service):
 
     def after_error(self) -> None:
         self._next_due = None
-
-    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
-                 interval: float | None = None, batch_size: int | None = None) -> None:
-        super().__init__(settings, pool, interval, batch_size)
-        # Schedules whose next tick this process cannot compute (a zone its tz
-        # database lacks, a pattern no add accepts, written by SQL or an older
-        # version). Each is logged once and passed over from then on: left
-        # due, it would be locked again by every pass, logged every second,
-        # and a batch full of them would keep every other schedule waiting.
-        self._passed_over: set[str] = set()
 
     async def run_once(self) -> int:
         """One pass: spawn the due ticks in batches; returns the jobs spawned."""
