@@ -12,11 +12,9 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
-from zoneinfo import ZoneInfo
-
-from croniter import croniter
 
 from portqueue import validation
+from portqueue.cron import next_match
 from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
 from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
 from portqueue.ids import uuid7, uuid7s
@@ -370,9 +368,12 @@ def next_run_at(schedule: Schedule, now: datetime) -> datetime:
     if schedule.start_every_seconds is not None:
         return _utc(now + timedelta(seconds=schedule.start_every_seconds))
     assert isinstance(schedule.cron, CronSpec)
-    local_now = now.astimezone(ZoneInfo(schedule.cron.tz))
-    tick: datetime = croniter(schedule.cron.pattern, local_now).get_next(datetime)
-    return _utc(tick)
+    tick = next_match(schedule.cron.pattern, schedule.cron.tz, now)
+    if tick is None:
+        # The validator asked the host's clock; a year field's last tick can
+        # pass before the database's, and nothing is written yet.
+        raise InvalidArgument("schedule.cron.pattern", "has no tick after now")
+    return tick
 
 
 def add_schedule(

@@ -21,6 +21,11 @@ spawned one per missed period. A schedule with ``misfire_grace_seconds`` skips
 that one job too when its tick is found more than that many seconds late.
 Interval schedules stay on their grid (``first tick + k * every``), so a late
 pass never drifts later ticks.
+
+A cron whose year field is over spawns its last tick, then its schedule is
+disabled. A row whose next tick cannot be computed here (a zone this host
+lacks, a pattern no add accepts) is logged once and passed over by this
+process from then on, so it never holds a batch's slot.
 """
 
 from __future__ import annotations
@@ -30,34 +35,44 @@ import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from psycopg_pool import AsyncConnectionPool
+
+from portqueue.cron import next_match
 from portqueue.driver import execute_async
 from portqueue.ids import uuid7
 from portqueue.maintenance.service import STATEMENT_TIMEOUT_MS, Service
-from portqueue.operations import next_run_at
-from portqueue.types import CronSpec, Schedule
+from portqueue.settings import Settings
 
 log = logging.getLogger("portqueue.scheduler")
 
+# What a stored pattern or zone this host cannot read raises: croniter's
+# errors and R/H are ValueErrors, a missing zone is a KeyError
+# (ZoneInfoNotFoundError), a zone path that is a directory an OSError.
+UNREADABLE = (ValueError, KeyError, OSError)
 
 
 def next_tick(
     *, cron: str | None, tz: str, every_seconds: int | None, tick: datetime, now: datetime
-) -> datetime:
-    """The schedule's first tick strictly after ``now``, given its current ``tick``.
+) -> datetime | None:
+    """The schedule's first tick strictly after ``now``, given its current ``tick``;
+    None when it has none (a cron whose year field is over).
 
     Interval schedules keep to the grid ``tick + k * every_seconds``; cron
     schedules take croniter's next match after ``now`` in the IANA zone ``tz``
     (so DST gaps and repeated hours behave exactly as croniter defines: a
     02:30 that does not exist fires at 03:00, a repeated 01:30 fires twice).
+    Raises ``ValueError`` (or ``ZoneInfoNotFoundError``, ``OSError``) for a
+    stored pattern or zone that cannot be read here.
     """
     if every_seconds is not None:
         every = timedelta(seconds=every_seconds)
         if now < tick:
             return tick.astimezone(timezone.utc)
         return (tick + every * ((now - tick) // every + 1)).astimezone(timezone.utc)
-    assert cron is not None, "a schedule has a cron pattern or an interval"
+    if cron is None:
+        raise ValueError("a schedule has a cron pattern or an interval")
     # The same function computes a new schedule's first tick, so the two agree.
-    return next_run_at(Schedule(cron=CronSpec(pattern=cron, tz=tz)), now)
+    return next_match(cron, tz, now)
 
 
 class Scheduler(Service):
@@ -75,6 +90,16 @@ class Scheduler(Service):
     default_batch_size = 100
     done = "spawned %d scheduled job(s)"
     _next_due: float | None = None
+
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
+                 interval: float | None = None, batch_size: int | None = None) -> None:
+        super().__init__(settings, pool, interval, batch_size)
+        # Schedules whose next tick this process cannot compute (a zone its tz
+        # database lacks, a pattern no add accepts, written by SQL or an older
+        # version). Each is logged once and passed over from then on: left
+        # due, it would be locked again by every pass, logged every second,
+        # and a batch full of them would keep every other schedule waiting.
+        self._passed_over: set[str] = set()
 
     def next_sleep(self) -> float:
         # Until the earliest schedule is due, at most one jittered interval
@@ -95,7 +120,8 @@ class Scheduler(Service):
                 await execute_async(conn, self.q(
                     "set_statement_timeout", milliseconds=str(STATEMENT_TIMEOUT_MS)))
                 due = await execute_async(conn, self.q(
-                    "lock_due_schedules", limit=self.batch_size))
+                    "lock_due_schedules", limit=self.batch_size,
+                    passed_over=sorted(self._passed_over)))
                 ticks = [tick for tick in map(self._advance, due) if tick is not None]
                 if ticks:
                     rows = await execute_async(conn, self.q(
@@ -103,27 +129,37 @@ class Scheduler(Service):
                     total += self._report(rows)
                 (row,) = await execute_async(conn, self.q("next_schedule_due"))
                 self._next_due = row["seconds"]
-            # A full batch of good rows means more may be due; a row that could
-            # not be advanced stays due, so it ends the pass rather than loop.
-            if len(ticks) < self.batch_size:
+            # A full batch means more may be due. Every row of it was either
+            # advanced, disabled or passed over from now on, so the next batch
+            # holds other rows and the loop ends.
+            if len(due) < self.batch_size:
                 return total
 
-    def _advance(self, row: dict[str, Any]) -> dict[str, str] | None:
-        """The tick to spawn for one locked schedule row, and the one after it."""
+    def _advance(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        """The tick to spawn for one locked schedule row, and the one after it
+        (None: it was the last, and the schedule is disabled)."""
         try:
             following = next_tick(cron=row["cron"], tz=row["tz"],
                                   every_seconds=row["every_seconds"],
                                   tick=row["next_run_at"], now=row["now"])
-        except Exception:
-            # One broken row (a zone missing from this host's tz database, say)
-            # must not stop every other schedule: it stays due and is logged.
-            log.exception("schedule %s: cannot compute its next tick", row["id"])
+        except Exception as exc:
+            # Logged once: the row stays as it is, for a scheduler on a host
+            # that can read it and for whoever fixes or removes it. A pattern
+            # or zone this host cannot read needs no traceback; anything else
+            # is a bug, and gets one.
+            self._passed_over.add(str(row["id"]))
+            log.error("schedule %s: cannot compute its next tick (%s: %s); this scheduler "
+                      "passes over it until it restarts", row["id"], type(exc).__name__, exc,
+                      exc_info=not isinstance(exc, UNREADABLE))
             return None
+        if following is None:
+            log.info("schedule %s: tick %s is its last (its cron has no later match); "
+                     "the schedule is disabled", row["id"], row["next_run_at"].isoformat())
         return {
             "schedule_id": str(row["id"]),
             "job_id": uuid7(),
             "scheduled_for": row["next_run_at"].isoformat(),
-            "next_run_at": following.isoformat(),
+            "next_run_at": None if following is None else following.isoformat(),
             "spawn": not self._misfired(row),
         }
 

@@ -19,6 +19,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import croniter
 
+from portqueue import cron
 from portqueue.errors import InvalidArgument, PayloadTooLarge
 from portqueue.ids import uuid7
 from portqueue.types import (
@@ -516,6 +517,8 @@ def cron_spec(value: object, argument: str = "schedule.cron") -> CronSpec:
         else _as_dataclass(argument, value, CronSpec)
     )
     pattern = text(f"{argument}.pattern", spec.pattern, max_length=256)
+    if cron.drawn_field(pattern) is not None:
+        raise InvalidArgument(f"{argument}.pattern", cron.DRAWN_REFUSAL)
     if not croniter.is_valid(pattern):
         raise InvalidArgument(
             f"{argument}.pattern", f"is not a valid cron expression: {pattern!r}"
@@ -527,15 +530,16 @@ def cron_spec(value: object, argument: str = "schedule.cron") -> CronSpec:
     # raises IsADirectoryError rather than ZoneInfoNotFoundError.
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidArgument(f"{argument}.tz", f"unknown IANA time zone {tz!r}") from None
+    # Syntax is not enough: "0 0 30 2 *" (February 30) or a past year field
+    # parse, then never fire. The add checks again on the database clock.
     try:
-        # Syntax is not enough: "0 0 30 2 *" (February 30) or a past year field
-        # parse, then never fire; croniter raises when next_run_at is computed,
-        # after a connection is taken and mid-way through the caller's work.
-        croniter(pattern, datetime.now(zone)).get_next(datetime)
+        first = cron.next_match(pattern, tz, datetime.now(zone))
     except ValueError:
+        first = None
+    if first is None:
         raise InvalidArgument(
             f"{argument}.pattern", f"never fires (no next occurrence): {pattern!r}"
-        ) from None
+        )
     return CronSpec(pattern, tz)
 
 

@@ -11,10 +11,13 @@
 -- scheduler can lock the row after it. Re-checked on the locked row version,
 -- so a schedule advanced by a scheduler that committed meanwhile is no longer
 -- due. now() is returned so the next tick is computed from the same clock.
+-- passed_over: the rows this scheduler could not advance (logged once); left
+-- in, a batch full of them would hold every other due schedule back.
 SELECT s.id, s.cron, s.tz, s.every_seconds, s.next_run_at, s.misfire_grace_seconds,
        now() AS now
 FROM {schema}.schedule AS s
 WHERE s.enabled AND s.next_run_at <= now()
+  AND s.id <> ALL(%(passed_over)s::uuid[])
 ORDER BY s.next_run_at
 LIMIT %(limit)s
 FOR UPDATE SKIP LOCKED;
@@ -33,6 +36,9 @@ FOR UPDATE SKIP LOCKED;
 -- exactly as add_jobs does. A queue paused with mode 'all' refuses adds, so
 -- its ticks are skipped too (and reported as such). A tick the scheduler
 -- found past its schedule's misfire grace (spawn = false) only advances it.
+-- A tick with no following one (next_run_at NULL: a cron whose year field is
+-- over) is spawned like any other, then its schedule is disabled, keeping
+-- that last tick in next_run_at.
 WITH ticks AS (
     SELECT t.schedule_id, t.job_id, t.scheduled_for, t.next_run_at, t.spawn
     FROM jsonb_to_recordset(%(ticks)s::jsonb) AS t (
@@ -82,7 +88,8 @@ spawned AS (
 ),
 advanced AS (
     UPDATE {schema}.schedule AS s
-    SET next_run_at = t.next_run_at,
+    SET next_run_at = coalesce(t.next_run_at, s.next_run_at),
+        enabled = t.next_run_at IS NOT NULL,
         last_run_at = CASE WHEN sp.id IS NULL THEN s.last_run_at ELSE now() END,
         last_job_id = coalesce(sp.id, s.last_job_id),
         updated_at = now()
@@ -100,7 +107,8 @@ LEFT JOIN {schema}.queue AS q ON q.name = d.queue;
 -- How long until the next enabled schedule falls due (NULL: none), so a
 -- scheduler sleeps until then rather than a whole interval and ticks are
 -- spawned on time. Rows already due are not counted: they are held by
--- another scheduler (which spawns them) or could not be advanced (logged).
+-- another scheduler (which spawns them) or could not be advanced (logged,
+-- passed over).
 -- clock_timestamp(), not now(): the transaction began before this pass's work.
 -- Served by schedule_due_idx.
 SELECT extract(epoch FROM min(s.next_run_at) - clock_timestamp())::double precision AS seconds
