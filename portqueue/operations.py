@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -41,7 +41,10 @@ from portqueue.types import (
     Schedule,
     ScheduleInfo,
 )
-from portqueue.validation import JobSpec
+from portqueue.validation import JobSpec, QueueDefaults
+
+# The handler declarations of a client, by queue (Registry.add_defaults).
+Declared = Callable[[str], QueueDefaults | None]
 
 # A skipped entry whose winner finished (singleton) or was removed between our
 # INSERT and the look-up is tried again; more rounds than this means a storm of
@@ -565,13 +568,19 @@ def get_schedules(
 
 
 def add_job(
-    settings: Settings, options: dict[str, Any], attrs: Mapping[str, str] | None = None
+    settings: Settings, options: dict[str, Any], attrs: Mapping[str, str] | None = None,
+    declared: Declared | None = None,
 ) -> Operation[AddJobResult]:
-    """``attrs``: the add span's trace context, stored on a one-off job's row."""
+    """``attrs``: the add span's trace context, stored on a one-off job's row.
+    ``declared``: the client's handler declarations, which fill what the job
+    leaves unset (and the template of a recurring add)."""
     queue = validation.queue_name(options.pop("queue"))
     spec, schedule = validation.job_spec(
         options, instance_key=settings.instance_key, max_payload_bytes=settings.max_payload_bytes
     )
+    defaults = None if declared is None else declared(queue)
+    if defaults is not None:
+        spec = defaults.fill(spec)
     if schedule is not None and schedule.recurring:
         return (yield from add_schedule(settings.queries, queue, spec, schedule))
     if attrs:
@@ -592,16 +601,19 @@ STREAM_CHUNK = 250
 def add_job_batch(
     settings: Settings, queue: str, jobs: Sequence[Mapping[str, Any]],
     attrs: Mapping[str, str] | None = None, *, streamed: bool = False,
+    declared: Declared | None = None,
 ) -> Operation[list[AddJobResult]]:
     """``streamed``: the batch runs in a transaction of the client's own, which
     rolls back if a later chunk's entry turns out bad. In a caller's ``tx=``
-    every entry is validated before the one statement is sent."""
+    every entry is validated before the one statement is sent. ``declared``
+    as for ``add_job``."""
     queue = validation.queue_name(queue)
     entries = validation.job_entries(jobs)
+    defaults = None if declared is None else declared(queue)
     if streamed and len(entries) > STREAM_CHUNK and not any(map(_names_a_key, entries)):
-        return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs))
+        return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs, defaults))
     ids = uuid7s(len(entries))
-    specs = [_batch_spec(settings, index, entry, attrs, ids[index])
+    specs = [_batch_spec(settings, index, entry, attrs, ids[index], defaults)
              for index, entry in enumerate(entries)]
     if not specs:
         return []
@@ -614,7 +626,7 @@ def _names_a_key(entry: Mapping[str, Any]) -> bool:
 
 def _batch_spec(
     settings: Settings, index: int, entry: Mapping[str, Any], attrs: Mapping[str, str] | None,
-    job_id: str,
+    job_id: str, defaults: QueueDefaults | None = None,
 ) -> JobSpec:
     prefix = f"jobs[{index}]."
     # tx is batch_tx's, already checked
@@ -629,12 +641,14 @@ def _batch_spec(
     if schedule is not None and schedule.recurring:
         # Each recurrence needs its own add_job call to return its schedule_id.
         raise InvalidArgument(f"{prefix}schedule", "add_jobs takes one-off jobs only")
+    if defaults is not None:
+        spec = defaults.fill(spec)
     return spec._replace(attrs=attrs) if attrs else spec
 
 
 def _add_streamed_unkeyed_jobs(
     settings: Settings, queue: str, entries: Sequence[Mapping[str, Any]],
-    attrs: Mapping[str, str] | None,
+    attrs: Mapping[str, str] | None, defaults: QueueDefaults | None,
 ) -> Operation[list[AddJobResult]]:
     specs: list[JobSpec] = []
 
@@ -642,7 +656,8 @@ def _add_streamed_unkeyed_jobs(
         for start in range(0, len(entries), STREAM_CHUNK):
             end = min(start + STREAM_CHUNK, len(entries))
             ids = uuid7s(end - start)
-            chunk = [_batch_spec(settings, index, entries[index], attrs, ids[index - start])
+            chunk = [_batch_spec(settings, index, entries[index], attrs, ids[index - start],
+                                 defaults)
                      for index in range(start, end)]
             specs.extend(chunk)
             yield _add_statement(settings.queries, queue, chunk, keyed=False)

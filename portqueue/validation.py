@@ -614,6 +614,29 @@ class JobSpec(NamedTuple):
 _DEFAULT_OPTIONS = JobSpec("", "")[2:]
 
 
+class QueueDefaults(NamedTuple):
+    """The add-time options a client's handler declares for its queue: they fill
+    what a job leaves unset, so the client's own adds follow its declaration
+    from the first job on, whether or not a worker has written the queue's row.
+    (Retention, leases, the dead-letter queue are read when a job runs or is
+    pruned, by then from the row a worker wrote.)"""
+
+    retry: RetryPolicy | None
+    expire_in_seconds: int | None
+    timeout_seconds: int | None
+
+    def fill(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with each option it leaves unset taken from these defaults."""
+        return spec._replace(
+            # A job's retry policy is taken whole or not at all, as in SQL.
+            retry=self.retry if spec.retry is None else spec.retry,
+            expire_in_seconds=(self.expire_in_seconds if spec.expire_in_seconds is None
+                               else spec.expire_in_seconds),
+            timeout_seconds=(self.timeout_seconds if spec.timeout_seconds is None
+                             else spec.timeout_seconds),
+        )
+
+
 def retry_columns(retry: RetryPolicy) -> dict[str, Any]:
     """A retry policy as the column names the job and queue tables use."""
     return {
