@@ -9,6 +9,7 @@ from portqueue.errors import (
     PayloadTooLarge,
     PortQueueError,
     QueuePausedError,
+    SchemaNotMigrated,
 )
 from portqueue.types import (
     AddJobResult,
@@ -56,4 +57,5 @@ __all__ = [
     "RetryPolicy",
     "Schedule",
     "ScheduleInfo",
+    "SchemaNotMigrated",
 ]

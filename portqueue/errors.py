@@ -32,6 +32,16 @@ class QueuePausedError(PortQueueError):
         self.queue = queue
 
 
+class SchemaNotMigrated(PortQueueError):
+    """The schema holds no portqueue tables (a database never migrated, or the
+    wrong ``schema``): run ``portqueue migrate`` (or ``PortQueue.migrate()``)."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(f"schema {schema!r} has no portqueue tables: run `portqueue migrate` "
+                         "(or pass the right --schema)")
+        self.schema = schema
+
+
 class JobFailedError(PortQueueError):
     """A waited-for job ended failed, cancelled or expired; ``job`` is its snapshot."""
 

@@ -28,7 +28,7 @@ from portqueue.cli.base import (
     require_dsn,
 )
 from portqueue.client import PortQueue
-from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
+from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError, SchemaNotMigrated
 from portqueue.tx import SyncTx, from_psycopg
 
 T = TypeVar("T")
@@ -114,8 +114,7 @@ def open_session(
     except QueuePausedError as exc:
         fail(EXIT_FAILURE, str(exc))
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-        fail(EXIT_FAILURE, f"schema {schema!r} has no portqueue tables: run `portqueue migrate` "
-             "(or pass the right --schema)")
+        fail(EXIT_FAILURE, str(SchemaNotMigrated(schema)))
     except (PortQueueError, psycopg.Error) as exc:
         fail(EXIT_FAILURE, redact(describe(exc), dsn))
     except KeyboardInterrupt:
