@@ -8,6 +8,7 @@ from portqueue.errors import (
     JobFailedError,
     PayloadTooLarge,
     PortQueueError,
+    QueueNotEmpty,
     QueuePausedError,
     SchemaNotMigrated,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "PortQueue",
     "PortQueueError",
     "QueueInfo",
+    "QueueNotEmpty",
     "QueueStats",
     "QueuePausedError",
     "Retention",

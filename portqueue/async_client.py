@@ -332,6 +332,15 @@ class AsyncPortQueue:
         """Delete a schedule so it spawns no more jobs; jobs it spawned are untouched."""
         return await self._run(operations.unschedule(self._settings, schedule_id), tx)
 
+    async def remove_queue(self, *, queue: str, tx: object = None) -> bool:
+        """Delete ``queue``: its row, its schedules and its finished jobs.
+
+        Only a queue with no unfinished job: with pending or active jobs it
+        removes nothing and raises ``QueueNotEmpty``. Returns ``False`` for a
+        queue that does not exist. A handler still registered for it in some
+        worker writes its row again when that worker starts."""
+        return await self._run(operations.drop_queue(self._settings, queue), tx)
+
     async def pause_queue(
         self, *, queue: str, mode: PauseMode = PauseMode.PROCESSING, tx: object = None
     ) -> QueueInfo:
@@ -365,6 +374,10 @@ class AsyncPortQueue:
     async def get_queue_stats(self, *, queue: str, tx: object = None) -> QueueStats:
         """Counts per status (zeros included), pause mode, oldest ready job's wait."""
         return await self._run(operations.read_queue_stats(self._settings, queue), tx)
+
+    async def get_queue(self, *, queue: str, tx: object = None) -> QueueInfo | None:
+        """The queue's pause mode and stored defaults, or ``None`` if it does not exist."""
+        return await self._run(operations.read_queue(self._settings, queue), tx)
 
     async def get_queues(
         self, *, limit: int = DEFAULT_PAGE, offset: int = 0, tx: object = None

@@ -18,7 +18,7 @@ from croniter import croniter
 
 from portqueue import validation
 from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
-from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
+from portqueue.errors import InvalidArgument, PortQueueError, QueueNotEmpty, QueuePausedError
 from portqueue.ids import uuid7, uuid7s
 from portqueue.queries import Batch, Queries, Query
 from portqueue.settings import Settings
@@ -497,6 +497,13 @@ def remove_schedule(q: Queries, schedule_id: str) -> Operation[bool]:
     return bool(rows)
 
 
+def remove_queue(q: Queries, queue: str) -> Operation[bool]:
+    (row,) = yield q("remove_queue", queue=queue)
+    if row["unfinished"]:
+        raise QueueNotEmpty(queue, int(row["unfinished"]))
+    return bool(row["removed"])
+
+
 def pause_queue(q: Queries, queue: str, mode: PauseMode) -> Operation[QueueInfo]:
     rows = yield q("pause_queue", queue=queue, mode=mode.value)
     return queue_info(rows[0])
@@ -545,6 +552,11 @@ def get_queue_stats(q: Queries, queue: str) -> Operation[QueueStats]:
         paused=None if row["paused"] is None else PauseMode(row["paused"]),
         oldest_pending_seconds=row["oldest_pending_seconds"],
     )
+
+
+def get_queue(q: Queries, queue: str) -> Operation[QueueInfo | None]:
+    rows = yield q("queue_by_name", queue=queue)
+    return queue_info(rows[0]) if rows else None
 
 
 def get_queues(q: Queries, limit: int, offset: int) -> Operation[Page[QueueInfo]]:
@@ -710,6 +722,10 @@ def pause(settings: Settings, queue: object, mode: object) -> Operation[QueueInf
     )
 
 
+def drop_queue(settings: Settings, queue: object) -> Operation[bool]:
+    return (yield from remove_queue(settings.queries, validation.queue_name(queue)))
+
+
 def resume(settings: Settings, queue: object) -> Operation[QueueInfo]:
     return (yield from resume_queue(settings.queries, validation.queue_name(queue)))
 
@@ -740,6 +756,10 @@ def read_jobs(
 
 def read_queue_stats(settings: Settings, queue: object) -> Operation[QueueStats]:
     return (yield from get_queue_stats(settings.queries, validation.queue_name(queue)))
+
+
+def read_queue(settings: Settings, queue: object) -> Operation[QueueInfo | None]:
+    return (yield from get_queue(settings.queries, validation.queue_name(queue)))
 
 
 def read_queues(settings: Settings, limit: object, offset: object) -> Operation[Page[QueueInfo]]:

@@ -28,7 +28,13 @@ from portqueue.cli.base import (
     require_dsn,
 )
 from portqueue.client import PortQueue
-from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError, SchemaNotMigrated
+from portqueue.errors import (
+    InvalidArgument,
+    PortQueueError,
+    QueueNotEmpty,
+    QueuePausedError,
+    SchemaNotMigrated,
+)
 from portqueue.tx import SyncTx, from_psycopg
 
 T = TypeVar("T")
@@ -111,7 +117,7 @@ def open_session(
             yield Session(pq, conn)
     except InvalidArgument as exc:
         fail(EXIT_USAGE, redact(usage_message(exc, names or {}), dsn))
-    except QueuePausedError as exc:
+    except (QueuePausedError, QueueNotEmpty) as exc:
         fail(EXIT_FAILURE, str(exc))
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
         fail(EXIT_FAILURE, str(SchemaNotMigrated(schema)))

@@ -111,7 +111,7 @@ def test_console_script_reads_the_environment(pg_dsn: str, schema: str, pq: Port
         return subprocess.run([*cli_command(), *args], env=env, capture_output=True,
                               text=True, timeout=60, check=False)
 
-    added = run("add", "emails", '{"to": "a@example.com"}', "--json")
+    added = run("add", "emails", '{"to": "a@example.com"}', "--create-queue", "--json")
     assert added.returncode == 0, added.stderr
     job_id = json.loads(added.stdout)["job_id"]
     shown = run("job", job_id)

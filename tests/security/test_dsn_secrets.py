@@ -138,8 +138,8 @@ def test_cli_commands_that_work_print_no_password(pg_dsn: str, db: psycopg.Conne
     dsn = with_password(pg_dsn)
     schema = ["--dsn", dsn, "--schema", "pq_secret"]
     try:
-        for args in (["migrate"], ["add", "secrets", '{"n": 1}'], ["jobs", "secrets"],
-                     ["prune"]):
+        for args in (["migrate"], ["add", "secrets", '{"n": 1}', "--create-queue"],
+                     ["jobs", "secrets"], ["prune"]):
             done = run_cli(*args, *schema)
             assert done.returncode == 0, (args, done.stdout, done.stderr)
             assert_hidden(done.stdout, done.stderr)
