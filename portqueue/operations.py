@@ -386,11 +386,13 @@ def add_schedule(
     template = {column: value for column, value in spec.columns().items()
                 if column not in ("idempotency_key", "start_after_seconds")}
     cron = schedule.cron if isinstance(schedule.cron, CronSpec) else None
+    key = _schedule_key(spec, schedule)
     for _ in range(MAX_CONFLICT_ROUNDS):
         (clock,) = yield q("now")
         schedule_id = uuid7()
         rows = yield q(
-            "add_schedule",
+            # A named schedule is declared: the same name again updates it.
+            "add_schedule" if schedule.key is None else "declare_schedule",
             id=schedule_id,
             queue=queue,
             cron=None if cron is None else cron.pattern,
@@ -399,19 +401,31 @@ def add_schedule(
             next_run_at=next_run_at(schedule, clock["now"]),
             data=spec.data_json,
             job_options=json.dumps(template),
-            idempotency_key=spec.idempotency_key,
+            idempotency_key=key,
             misfire_grace_seconds=schedule.misfire_grace_seconds,
         )
         if any(row["outcome"] == "paused" for row in rows):
             raise QueuePausedError(queue)
         if rows:
-            return _scheduled(queue, rows[0])
+            # A declaration that met its name updated that schedule in place.
+            return _scheduled(queue, rows[0], deduplicated=_id(rows[0]["id"]) != schedule_id)
         existing = yield q(
             "find_schedule_by_key", queue=queue, idempotency_key=spec.idempotency_key
         )
         if existing:
             return _scheduled(queue, existing[0], deduplicated=True)
     raise PortQueueError(f"could not add a schedule to {queue!r}: its key kept changing owner")
+
+
+def _schedule_key(spec: JobSpec, schedule: Schedule) -> str | None:
+    """The schedule's key column: its name (``schedule.key``) or idempotency key,
+    one identity in one unique index, so the two may not disagree."""
+    if schedule.key is None:
+        return spec.idempotency_key
+    if spec.idempotency_key is not None and spec.idempotency_key != schedule.key:
+        raise InvalidArgument("idempotency_key", "differs from schedule.key: a named "
+                              "schedule is identified by its key alone")
+    return schedule.key
 
 
 def _scheduled(queue: str, row: dict[str, Any], *, deduplicated: bool = False) -> AddJobResult:

@@ -102,6 +102,9 @@ class Schedule:
     # Recurring only. None: a tick missed while no scheduler ran is spawned once,
     # however late. N: a tick found more than N seconds late is skipped.
     misfire_grace_seconds: int | None = None
+    # Recurring only: the schedule's name within its queue. Adding a schedule
+    # with the key of an existing one updates that one (declare-at-deploy).
+    key: str | None = None
 
     @property
     def recurring(self) -> bool:

@@ -552,7 +552,11 @@ def schedule(value: object, argument: str = "schedule") -> Schedule | None:
     if s.misfire_grace_seconds is not None and not s.recurring:
         raise InvalidArgument(f"{argument}.misfire_grace_seconds",
                               "applies to recurring schedules only (start_every_seconds, cron)")
+    if s.key is not None and not s.recurring:
+        raise InvalidArgument(f"{argument}.key",
+                              "names a recurring schedule (start_every_seconds, cron)")
     return Schedule(
+        key=optional_text(f"{argument}.key", s.key),
         misfire_grace_seconds=seconds(
             f"{argument}.misfire_grace_seconds", s.misfire_grace_seconds, minimum=1),
         start_after_seconds=seconds(f"{argument}.start_after_seconds", s.start_after_seconds),
