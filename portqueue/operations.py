@@ -390,20 +390,21 @@ def add_schedule(
     for _ in range(MAX_CONFLICT_ROUNDS):
         (clock,) = yield q("now")
         schedule_id = uuid7()
-        rows = yield q(
-            # A named schedule is declared: the same name again updates it.
-            "add_schedule" if schedule.key is None else "declare_schedule",
-            id=schedule_id,
-            queue=queue,
-            cron=None if cron is None else cron.pattern,
-            tz="UTC" if cron is None else cron.tz,
-            every_seconds=schedule.start_every_seconds,
-            next_run_at=next_run_at(schedule, clock["now"]),
-            data=spec.data_json,
-            job_options=json.dumps(template),
-            idempotency_key=key,
-            misfire_grace_seconds=schedule.misfire_grace_seconds,
-        )
+        values = {
+            "id": schedule_id,
+            "queue": queue,
+            "cron": None if cron is None else cron.pattern,
+            "tz": "UTC" if cron is None else cron.tz,
+            "every_seconds": schedule.start_every_seconds,
+            "next_run_at": next_run_at(schedule, clock["now"]),
+            "data": spec.data_json,
+            "job_options": json.dumps(template),
+            "idempotency_key": key,
+            "misfire_grace_seconds": schedule.misfire_grace_seconds,
+        }
+        # A named schedule is declared: the same name again updates it.
+        rows = yield (q("add_schedule", **values) if schedule.key is None
+                      else q("declare_schedule", **values))
         if any(row["outcome"] == "paused" for row in rows):
             raise QueuePausedError(queue)
         if rows:
