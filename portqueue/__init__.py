@@ -8,7 +8,9 @@ from portqueue.errors import (
     JobFailedError,
     PayloadTooLarge,
     PortQueueError,
+    QueueNotEmpty,
     QueuePausedError,
+    SchemaNotMigrated,
 )
 from portqueue.types import (
     AddJobResult,
@@ -50,10 +52,12 @@ __all__ = [
     "PortQueue",
     "PortQueueError",
     "QueueInfo",
+    "QueueNotEmpty",
     "QueueStats",
     "QueuePausedError",
     "Retention",
     "RetryPolicy",
     "Schedule",
     "ScheduleInfo",
+    "SchemaNotMigrated",
 ]

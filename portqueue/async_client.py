@@ -252,8 +252,10 @@ class AsyncPortQueue:
         """Add one job to ``queue`` (created on first use), or a recurring schedule.
 
         ``data`` is any JSON value (no NaN/Infinity, no NUL). ``retry``,
-        ``expire_in_seconds`` and ``timeout_seconds`` default to the queue's
-        defaults, then to one attempt, no expiry, no timeout; ``priority`` is 0
+        ``expire_in_seconds`` and ``timeout_seconds`` default to what this
+        client's handler of ``queue`` declares (``handler``/``create_queue``),
+        else to the queue's stored defaults, then to one attempt, no expiry, no
+        timeout; ``priority`` is 0
         (higher runs first); retention follows the job, else the queue, else
         the client. A recurring ``schedule`` (``start_every_seconds`` or
         ``cron``) stores a schedule and returns its ``schedule_id`` and
@@ -274,7 +276,8 @@ class AsyncPortQueue:
         }
         with hooks.adding(queue) as scope:  # the add span and counter, when observed
             result = await self._run(
-                operations.add_job(self._settings, options, scope.attrs), tx,
+                operations.add_job(self._settings, options, scope.attrs,
+                                   self._registry.add_defaults), tx,
                 # A recurring add reads the clock, then stores the schedule:
                 # one transaction, so its first tick is exactly one period
                 # after its created_at. A plain add is one statement.
@@ -293,7 +296,8 @@ class AsyncPortQueue:
         chosen_tx = batch_tx(tx, jobs)
         with hooks.adding(queue) as scope:
             operation = operations.add_job_batch(
-                self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None)
+                self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None,
+                declared=self._registry.add_defaults)
             results = await self._run(operation, chosen_tx, atomic=True)
             scope.added(results)
         return results
@@ -328,6 +332,15 @@ class AsyncPortQueue:
         """Delete a schedule so it spawns no more jobs; jobs it spawned are untouched."""
         return await self._run(operations.unschedule(self._settings, schedule_id), tx)
 
+    async def remove_queue(self, *, queue: str, tx: object = None) -> bool:
+        """Delete ``queue``: its row, its schedules and its finished jobs.
+
+        Only a queue with no unfinished job: with pending or active jobs it
+        removes nothing and raises ``QueueNotEmpty``. Returns ``False`` for a
+        queue that does not exist. A handler still registered for it in some
+        worker writes its row again when that worker starts."""
+        return await self._run(operations.drop_queue(self._settings, queue), tx)
+
     async def pause_queue(
         self, *, queue: str, mode: PauseMode = PauseMode.PROCESSING, tx: object = None
     ) -> QueueInfo:
@@ -361,6 +374,10 @@ class AsyncPortQueue:
     async def get_queue_stats(self, *, queue: str, tx: object = None) -> QueueStats:
         """Counts per status (zeros included), pause mode, oldest ready job's wait."""
         return await self._run(operations.read_queue_stats(self._settings, queue), tx)
+
+    async def get_queue(self, *, queue: str, tx: object = None) -> QueueInfo | None:
+        """The queue's pause mode and stored defaults, or ``None`` if it does not exist."""
+        return await self._run(operations.read_queue(self._settings, queue), tx)
 
     async def get_queues(
         self, *, limit: int = DEFAULT_PAGE, offset: int = 0, tx: object = None
@@ -427,8 +444,10 @@ class AsyncPortQueue:
 
         ``concurrency`` (default 1) bounds the jobs running at once in this process.
         ``retry``, ``retention``, ``expire_in_seconds`` and ``timeout_seconds`` become
-        the queue's defaults (stored in the ``queue`` table when a worker starts,
-        so producers anywhere use them). ``lease_seconds`` (default 60): how long a
+        the queue's defaults: this client's own adds use them from the first job,
+        worker started or not; they are stored in the ``queue`` table when a
+        worker starts, and producers without the handler use them from then on
+        (docs/consuming.md). ``lease_seconds`` (default 60): how long a
         running job survives without a heartbeat before it is rescued.
         ``dead_letter_queue`` receives a copy of each job that ends failed.
         Exceptions in ``dont_autoretry_for`` fail the job without retrying.

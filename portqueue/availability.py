@@ -49,3 +49,13 @@ def session_lost(error: BaseException) -> bool:
     if code is None:
         return isinstance(error, psycopg.OperationalError) and not isinstance(error, PoolTimeout)
     return code in ("57P01", "57P02")
+
+
+# undefined_table, invalid_schema_name: what portqueue's own statements meet
+# on a schema that was never migrated.
+NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "3F000"})
+
+
+def schema_missing(error: BaseException) -> bool:
+    """True when a portqueue statement failed because its tables do not exist."""
+    return sqlstate(error) in NOT_MIGRATED_SQLSTATES

@@ -32,6 +32,28 @@ class QueuePausedError(PortQueueError):
         self.queue = queue
 
 
+class QueueNotEmpty(PortQueueError):
+    """``remove_queue`` refused: the queue still has unfinished jobs (``unfinished``
+    of them, pending or active). Nothing was removed."""
+
+    def __init__(self, queue: str, unfinished: int) -> None:
+        super().__init__(
+            f"queue {queue!r} has {unfinished} unfinished job(s) (pending or active): cancel "
+            "or remove them first (running ones must finish); nothing was removed")
+        self.queue = queue
+        self.unfinished = unfinished
+
+
+class SchemaNotMigrated(PortQueueError):
+    """The schema holds no portqueue tables (a database never migrated, or the
+    wrong ``schema``): run ``portqueue migrate`` (or ``PortQueue.migrate()``)."""
+
+    def __init__(self, schema: str) -> None:
+        super().__init__(f"schema {schema!r} has no portqueue tables: run `portqueue migrate` "
+                         "(or pass the right --schema)")
+        self.schema = schema
+
+
 class JobFailedError(PortQueueError):
     """A waited-for job ended failed, cancelled or expired; ``job`` is its snapshot."""
 

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from portqueue import validation
 from portqueue.cron import next_match
 from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
-from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
+from portqueue.errors import InvalidArgument, PortQueueError, QueueNotEmpty, QueuePausedError
 from portqueue.ids import uuid7, uuid7s
 from portqueue.queries import Batch, Queries, Query
 from portqueue.settings import Settings
@@ -39,7 +39,10 @@ from portqueue.types import (
     Schedule,
     ScheduleInfo,
 )
-from portqueue.validation import JobSpec
+from portqueue.validation import JobSpec, QueueDefaults
+
+# The handler declarations of a client, by queue (Registry.add_defaults).
+Declared = Callable[[str], QueueDefaults | None]
 
 # A skipped entry whose winner finished (singleton) or was removed between our
 # INSERT and the look-up is tried again; more rounds than this means a storm of
@@ -384,32 +387,47 @@ def add_schedule(
     template = {column: value for column, value in spec.columns().items()
                 if column not in ("idempotency_key", "start_after_seconds")}
     cron = schedule.cron if isinstance(schedule.cron, CronSpec) else None
+    key = _schedule_key(spec, schedule)
     for _ in range(MAX_CONFLICT_ROUNDS):
         (clock,) = yield q("now")
         schedule_id = uuid7()
-        rows = yield q(
-            "add_schedule",
-            id=schedule_id,
-            queue=queue,
-            cron=None if cron is None else cron.pattern,
-            tz="UTC" if cron is None else cron.tz,
-            every_seconds=schedule.start_every_seconds,
-            next_run_at=next_run_at(schedule, clock["now"]),
-            data=spec.data_json,
-            job_options=json.dumps(template),
-            idempotency_key=spec.idempotency_key,
-            misfire_grace_seconds=schedule.misfire_grace_seconds,
-        )
+        values = {
+            "id": schedule_id,
+            "queue": queue,
+            "cron": None if cron is None else cron.pattern,
+            "tz": "UTC" if cron is None else cron.tz,
+            "every_seconds": schedule.start_every_seconds,
+            "next_run_at": next_run_at(schedule, clock["now"]),
+            "data": spec.data_json,
+            "job_options": json.dumps(template),
+            "idempotency_key": key,
+            "misfire_grace_seconds": schedule.misfire_grace_seconds,
+        }
+        # A named schedule is declared: the same name again updates it.
+        rows = yield (q("add_schedule", **values) if schedule.key is None
+                      else q("declare_schedule", **values))
         if any(row["outcome"] == "paused" for row in rows):
             raise QueuePausedError(queue)
         if rows:
-            return _scheduled(queue, rows[0])
+            # A declaration that met its name updated that schedule in place.
+            return _scheduled(queue, rows[0], deduplicated=_id(rows[0]["id"]) != schedule_id)
         existing = yield q(
             "find_schedule_by_key", queue=queue, idempotency_key=spec.idempotency_key
         )
         if existing:
             return _scheduled(queue, existing[0], deduplicated=True)
     raise PortQueueError(f"could not add a schedule to {queue!r}: its key kept changing owner")
+
+
+def _schedule_key(spec: JobSpec, schedule: Schedule) -> str | None:
+    """The schedule's key column: its name (``schedule.key``) or idempotency key,
+    one identity in one unique index, so the two may not disagree."""
+    if schedule.key is None:
+        return spec.idempotency_key
+    if spec.idempotency_key is not None and spec.idempotency_key != schedule.key:
+        raise InvalidArgument("idempotency_key", "differs from schedule.key: a named "
+                              "schedule is identified by its key alone")
+    return schedule.key
 
 
 def _scheduled(queue: str, row: dict[str, Any], *, deduplicated: bool = False) -> AddJobResult:
@@ -495,6 +513,13 @@ def remove_schedule(q: Queries, schedule_id: str) -> Operation[bool]:
     return bool(rows)
 
 
+def remove_queue(q: Queries, queue: str) -> Operation[bool]:
+    (row,) = yield q("remove_queue", queue=queue)
+    if row["unfinished"]:
+        raise QueueNotEmpty(queue, int(row["unfinished"]))
+    return bool(row["removed"])
+
+
 def pause_queue(q: Queries, queue: str, mode: PauseMode) -> Operation[QueueInfo]:
     rows = yield q("pause_queue", queue=queue, mode=mode.value)
     return queue_info(rows[0])
@@ -545,6 +570,11 @@ def get_queue_stats(q: Queries, queue: str) -> Operation[QueueStats]:
     )
 
 
+def get_queue(q: Queries, queue: str) -> Operation[QueueInfo | None]:
+    rows = yield q("queue_by_name", queue=queue)
+    return queue_info(rows[0]) if rows else None
+
+
 def get_queues(q: Queries, limit: int, offset: int) -> Operation[Page[QueueInfo]]:
     rows = yield q("queue_page", limit=limit, offset=offset)
     (count,) = yield q("queue_count")
@@ -566,13 +596,19 @@ def get_schedules(
 
 
 def add_job(
-    settings: Settings, options: dict[str, Any], attrs: Mapping[str, str] | None = None
+    settings: Settings, options: dict[str, Any], attrs: Mapping[str, str] | None = None,
+    declared: Declared | None = None,
 ) -> Operation[AddJobResult]:
-    """``attrs``: the add span's trace context, stored on a one-off job's row."""
+    """``attrs``: the add span's trace context, stored on a one-off job's row.
+    ``declared``: the client's handler declarations, which fill what the job
+    leaves unset (and the template of a recurring add)."""
     queue = validation.queue_name(options.pop("queue"))
     spec, schedule = validation.job_spec(
         options, instance_key=settings.instance_key, max_payload_bytes=settings.max_payload_bytes
     )
+    defaults = None if declared is None else declared(queue)
+    if defaults is not None:
+        spec = defaults.fill(spec)
     if schedule is not None and schedule.recurring:
         return (yield from add_schedule(settings.queries, queue, spec, schedule))
     if attrs:
@@ -593,16 +629,19 @@ STREAM_CHUNK = 250
 def add_job_batch(
     settings: Settings, queue: str, jobs: Sequence[Mapping[str, Any]],
     attrs: Mapping[str, str] | None = None, *, streamed: bool = False,
+    declared: Declared | None = None,
 ) -> Operation[list[AddJobResult]]:
     """``streamed``: the batch runs in a transaction of the client's own, which
     rolls back if a later chunk's entry turns out bad. In a caller's ``tx=``
-    every entry is validated before the one statement is sent."""
+    every entry is validated before the one statement is sent. ``declared``
+    as for ``add_job``."""
     queue = validation.queue_name(queue)
     entries = validation.job_entries(jobs)
+    defaults = None if declared is None else declared(queue)
     if streamed and len(entries) > STREAM_CHUNK and not any(map(_names_a_key, entries)):
-        return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs))
+        return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs, defaults))
     ids = uuid7s(len(entries))
-    specs = [_batch_spec(settings, index, entry, attrs, ids[index])
+    specs = [_batch_spec(settings, index, entry, attrs, ids[index], defaults)
              for index, entry in enumerate(entries)]
     if not specs:
         return []
@@ -615,7 +654,7 @@ def _names_a_key(entry: Mapping[str, Any]) -> bool:
 
 def _batch_spec(
     settings: Settings, index: int, entry: Mapping[str, Any], attrs: Mapping[str, str] | None,
-    job_id: str,
+    job_id: str, defaults: QueueDefaults | None = None,
 ) -> JobSpec:
     prefix = f"jobs[{index}]."
     # tx is batch_tx's, already checked
@@ -630,12 +669,14 @@ def _batch_spec(
     if schedule is not None and schedule.recurring:
         # Each recurrence needs its own add_job call to return its schedule_id.
         raise InvalidArgument(f"{prefix}schedule", "add_jobs takes one-off jobs only")
+    if defaults is not None:
+        spec = defaults.fill(spec)
     return spec._replace(attrs=attrs) if attrs else spec
 
 
 def _add_streamed_unkeyed_jobs(
     settings: Settings, queue: str, entries: Sequence[Mapping[str, Any]],
-    attrs: Mapping[str, str] | None,
+    attrs: Mapping[str, str] | None, defaults: QueueDefaults | None,
 ) -> Operation[list[AddJobResult]]:
     specs: list[JobSpec] = []
 
@@ -643,7 +684,8 @@ def _add_streamed_unkeyed_jobs(
         for start in range(0, len(entries), STREAM_CHUNK):
             end = min(start + STREAM_CHUNK, len(entries))
             ids = uuid7s(end - start)
-            chunk = [_batch_spec(settings, index, entries[index], attrs, ids[index - start])
+            chunk = [_batch_spec(settings, index, entries[index], attrs, ids[index - start],
+                                 defaults)
                      for index in range(start, end)]
             specs.extend(chunk)
             yield _add_statement(settings.queries, queue, chunk, keyed=False)
@@ -696,6 +738,10 @@ def pause(settings: Settings, queue: object, mode: object) -> Operation[QueueInf
     )
 
 
+def drop_queue(settings: Settings, queue: object) -> Operation[bool]:
+    return (yield from remove_queue(settings.queries, validation.queue_name(queue)))
+
+
 def resume(settings: Settings, queue: object) -> Operation[QueueInfo]:
     return (yield from resume_queue(settings.queries, validation.queue_name(queue)))
 
@@ -726,6 +772,10 @@ def read_jobs(
 
 def read_queue_stats(settings: Settings, queue: object) -> Operation[QueueStats]:
     return (yield from get_queue_stats(settings.queries, validation.queue_name(queue)))
+
+
+def read_queue(settings: Settings, queue: object) -> Operation[QueueInfo | None]:
+    return (yield from get_queue(settings.queries, validation.queue_name(queue)))
 
 
 def read_queues(settings: Settings, limit: object, offset: object) -> Operation[Page[QueueInfo]]:

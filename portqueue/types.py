@@ -38,12 +38,17 @@ class PauseMode(str, Enum):
 
 
 class BackoffStrategy(str, Enum):
+    """How the delay before a retry grows with the attempt number (see ``Backoff``)."""
+
     FIXED = "fixed"
     LINEAR = "linear"
     EXPONENTIAL = "exponential"
 
 
 class CancelOutcome(str, Enum):
+    """What ``cancel_job`` did: cancelled a pending job, signalled a running one's
+    handler, or found nothing to cancel (no such job, or already finished)."""
+
     CANCELLED = "cancelled"
     SIGNALLED = "signalled"
     NOT_FOUND = "not_found"
@@ -51,6 +56,9 @@ class CancelOutcome(str, Enum):
 
 
 class DeduplicationReason(str, Enum):
+    """Why an add returned an existing job or schedule instead of adding one: its
+    ``idempotency_key`` (or a schedule's key), or a live job's ``singleton_key``."""
+
     IDEMPOTENCY = "IDEMPOTENCY"
     SINGLETON = "SINGLETON"
 
@@ -88,6 +96,8 @@ class Retention:
 
 @dataclass(frozen=True)
 class CronSpec:
+    """A cron ``pattern`` (five fields) evaluated in the IANA time zone ``tz``."""
+
     pattern: str
     tz: str = "UTC"
 
@@ -102,6 +112,9 @@ class Schedule:
     # Recurring only. None: a tick missed while no scheduler ran is spawned once,
     # however late. N: a tick found more than N seconds late is skipped.
     misfire_grace_seconds: int | None = None
+    # Recurring only: the schedule's name within its queue. Adding a schedule
+    # with the key of an existing one updates that one (declare-at-deploy).
+    key: str | None = None
 
     @property
     def recurring(self) -> bool:
@@ -113,6 +126,11 @@ class Schedule:
 
 @dataclass(frozen=True)
 class AddJobResult:
+    """What an add did. A one-off job: its ``job_id``, ``status`` and ``start_after``.
+    A recurring add: ``job_id`` is ``None``, ``schedule_id`` and ``next_run_at`` are set.
+    ``deduplicated`` (with ``deduplication_reason``): an existing job or schedule was
+    returned instead of a new one."""
+
     job_id: str | None
     queue: str
     status: JobStatus | None
@@ -125,6 +143,13 @@ class AddJobResult:
 
 @dataclass(frozen=True)
 class JobSnapshot:
+    """A job's row as read: every column a user needs, datetimes aware (UTC).
+
+    ``errors`` has one entry per failed attempt (type, message, traceback,
+    attempt, when), newest last; ``output`` is the handler's return value;
+    ``source_job_id`` names the job a dead-letter copy came from;
+    ``scheduled_for`` is the tick a schedule spawned it for."""
+
     job_id: str
     queue: str
     status: JobStatus
@@ -156,6 +181,9 @@ class JobSnapshot:
 
 @dataclass(frozen=True)
 class QueueStats:
+    """Jobs per status (every ``JobStatus``, zeros included; delayed jobs count as
+    pending), the pause mode, and how long the oldest ready job has waited."""
+
     queue: str
     counts: dict[JobStatus, int]
     paused: PauseMode | None
@@ -164,6 +192,9 @@ class QueueStats:
 
 @dataclass(frozen=True)
 class QueueInfo:
+    """A queue's row: its pause mode and the defaults a worker declared for it
+    (``None`` where none was declared)."""
+
     queue: str
     paused: PauseMode | None
     created_at: datetime
@@ -178,6 +209,9 @@ class QueueInfo:
 
 @dataclass(frozen=True)
 class ScheduleInfo:
+    """A recurring schedule: cron (with ``tz``) or ``every_seconds``, its next and last
+    tick, the data of the jobs it spawns, and its key (``idempotency_key``)."""
+
     schedule_id: str
     queue: str
     cron: str | None
@@ -195,6 +229,8 @@ class ScheduleInfo:
 
 @dataclass(frozen=True)
 class CancelResult:
+    """The outcome of ``cancel_job`` for ``job_id``."""
+
     job_id: str
     outcome: CancelOutcome
 

@@ -561,7 +561,11 @@ def schedule(value: object, argument: str = "schedule") -> Schedule | None:
     if s.misfire_grace_seconds is not None and not s.recurring:
         raise InvalidArgument(f"{argument}.misfire_grace_seconds",
                               "applies to recurring schedules only (start_every_seconds, cron)")
+    if s.key is not None and not s.recurring:
+        raise InvalidArgument(f"{argument}.key",
+                              "names a recurring schedule (start_every_seconds, cron)")
     return Schedule(
+        key=optional_text(f"{argument}.key", s.key),
         misfire_grace_seconds=seconds(
             f"{argument}.misfire_grace_seconds", s.misfire_grace_seconds, minimum=1),
         start_after_seconds=seconds(f"{argument}.start_after_seconds", s.start_after_seconds),
@@ -621,6 +625,29 @@ class JobSpec(NamedTuple):
 
 # A JobSpec's options when only data is given: every field after id and data at its default.
 _DEFAULT_OPTIONS = JobSpec("", "")[2:]
+
+
+class QueueDefaults(NamedTuple):
+    """The add-time options a client's handler declares for its queue: they fill
+    what a job leaves unset, so the client's own adds follow its declaration
+    from the first job on, whether or not a worker has written the queue's row.
+    (Retention, leases, the dead-letter queue are read when a job runs or is
+    pruned, by then from the row a worker wrote.)"""
+
+    retry: RetryPolicy | None
+    expire_in_seconds: int | None
+    timeout_seconds: int | None
+
+    def fill(self, spec: JobSpec) -> JobSpec:
+        """``spec`` with each option it leaves unset taken from these defaults."""
+        return spec._replace(
+            # A job's retry policy is taken whole or not at all, as in SQL.
+            retry=self.retry if spec.retry is None else spec.retry,
+            expire_in_seconds=(self.expire_in_seconds if spec.expire_in_seconds is None
+                               else spec.expire_in_seconds),
+            timeout_seconds=(self.timeout_seconds if spec.timeout_seconds is None
+                             else spec.timeout_seconds),
+        )
 
 
 def retry_columns(retry: RetryPolicy) -> dict[str, Any]:

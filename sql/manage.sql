@@ -130,3 +130,38 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
           q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;
+
+-- name: remove_queue
+-- Removes a queue with no unfinished job: its row, its schedules (else they
+-- would spawn into it again) and its finished jobs, in one statement. With
+-- unfinished jobs (pending, active, or any status not finished) it removes
+-- nothing and says how many there are. The queue's row is locked first, so
+-- two removals, or a removal and a pause, do not interleave. A job added
+-- concurrently, by a transaction that commits after this one read the jobs,
+-- is kept and runs; the next add to the queue creates its row again.
+WITH target AS (
+    SELECT q.name FROM {schema}.queue AS q WHERE q.name = %(queue)s FOR UPDATE
+),
+unfinished AS (
+    SELECT count(*) AS jobs FROM {schema}.job
+    WHERE queue = %(queue)s
+      AND status NOT IN ('completed', 'failed', 'cancelled', 'expired')
+),
+removable AS (
+    SELECT t.name FROM target AS t, unfinished AS u WHERE u.jobs = 0
+),
+removed_jobs AS (
+    DELETE FROM {schema}.job AS j USING removable AS r WHERE j.queue = r.name
+    RETURNING 1
+),
+removed_schedules AS (
+    DELETE FROM {schema}.schedule AS s USING removable AS r WHERE s.queue = r.name
+    RETURNING 1
+),
+removed_queue AS (
+    DELETE FROM {schema}.queue AS q USING removable AS r WHERE q.name = r.name
+    RETURNING 1
+)
+SELECT EXISTS (SELECT FROM target) AS found,
+       (SELECT jobs FROM unfinished) AS unfinished,
+       (SELECT count(*) FROM removed_queue) AS removed;

@@ -228,6 +228,44 @@ SELECT 'added' AS outcome, id, next_run_at FROM inserted
 UNION ALL
 SELECT 'paused', NULL::uuid, NULL::timestamptz FROM defaults WHERE paused = 'all';
 
+-- name: declare_schedule
+-- A named recurring add (schedule key): the schedule is the code's
+-- declaration, so adding it again, at every deploy, updates the one row the
+-- name holds (the unique index schedule_idempotency_key_uq) instead of adding
+-- a second schedule or keeping a stale one. next_run_at moves only when the
+-- timing changed: a redeploy must neither skip nor postpone the next tick.
+-- The returned id is the existing row's when there was one, which is how the
+-- caller tells an update from an insert.
+WITH {create_queue_on_first_use},
+defaults AS (
+    SELECT paused FROM {schema}.queue WHERE name = %(queue)s
+),
+declared AS (
+    INSERT INTO {schema}.schedule AS s (
+        id, queue, cron, tz, every_seconds, next_run_at, data, job_options, idempotency_key,
+        misfire_grace_seconds)
+    SELECT %(id)s, %(queue)s, %(cron)s, %(tz)s, %(every_seconds)s, %(next_run_at)s,
+           %(data)s::jsonb, %(job_options)s::jsonb, %(idempotency_key)s,
+           %(misfire_grace_seconds)s
+    WHERE NOT EXISTS (SELECT FROM defaults WHERE paused = 'all')
+    ON CONFLICT (queue, idempotency_key) WHERE idempotency_key IS NOT NULL DO UPDATE SET
+        cron = excluded.cron,
+        tz = excluded.tz,
+        every_seconds = excluded.every_seconds,
+        next_run_at = CASE
+            WHEN (s.cron, s.tz, s.every_seconds)
+                 IS NOT DISTINCT FROM (excluded.cron, excluded.tz, excluded.every_seconds)
+            THEN s.next_run_at ELSE excluded.next_run_at END,
+        data = excluded.data,
+        job_options = excluded.job_options,
+        misfire_grace_seconds = excluded.misfire_grace_seconds,
+        updated_at = now()
+    RETURNING s.id, s.next_run_at
+)
+SELECT 'added' AS outcome, id, next_run_at FROM declared
+UNION ALL
+SELECT 'paused', NULL::uuid, NULL::timestamptz FROM defaults WHERE paused = 'all';
+
 -- name: find_schedule_by_key
 SELECT id, next_run_at
 FROM {schema}.schedule

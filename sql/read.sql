@@ -57,6 +57,15 @@ FROM {schema}.queue AS q
 ORDER BY q.created_at DESC, q.name
 LIMIT %(limit)s OFFSET %(offset)s;
 
+-- name: queue_by_name
+SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+       q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+       q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+       q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue
+FROM {schema}.queue AS q
+WHERE q.name = %(queue)s;
+
 -- name: queue_count
 SELECT count(*) AS total FROM {schema}.queue;
 

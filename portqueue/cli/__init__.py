@@ -3,7 +3,7 @@
 One Typer app (``base.app``) and a module per command group, each registering
 its commands when imported: ``database`` (migrate, prune), ``worker``,
 ``dashboard``, ``demo``, ``add``, ``jobs`` (job, jobs), ``queues`` (stats,
-queues, schedules, pause, resume) and ``manage`` (retry, cancel, remove).
+queues, schedules, pause, resume, remove-queue) and ``manage`` (retry, cancel, remove).
 ``session`` and ``output`` are what they share. docs/cli.md documents every
 command, its ``--json`` shape and its exit codes.
 """

@@ -41,10 +41,17 @@ _ENTRY_RE = re.compile(r"jobs\[(\d+)\]\.?")
 
 @app.command("add")
 def add_command(
-    queue: Annotated[str, typer.Argument(help="The queue (created on first use).",
-                                         show_default=False)],
+    queue: Annotated[str | None, typer.Argument(
+        help="The queue (or --queue); it must exist unless --create-queue.",
+        show_default=False)] = None,
     data: Annotated[str | None, typer.Argument(
         help="The job's data as JSON (default {}).", show_default=False)] = None,
+    queue_option: Annotated[str | None, typer.Option(
+        "--queue", help="The queue, as an option: then the only argument is DATA.",
+        show_default=False)] = None,
+    create_queue: Annotated[bool, typer.Option(
+        "--create-queue", help="Create the queue if it does not exist (by default an "
+        "unknown queue, such as a typo, is refused).")] = False,
     file: Annotated[str | None, typer.Option(
         "--file", help="Add one job per line of this JSON-lines file ('-' for stdin): each "
         "line an object of add_job options, e.g. {\"data\": {...}, \"priority\": 5}. All "
@@ -99,7 +106,9 @@ def add_command(
     """Add a job, a recurring schedule, or every job of a JSON-lines file.
 
     Options apply to the job; with --file they are the defaults of every line
-    (a line's own keys win). Exits 1 if the queue is paused with mode all.
+    (a line's own keys win). The queue must exist (a worker declared it, or
+    something was added to it) unless --create-queue is given: exit 2
+    otherwise, nothing written. Exits 1 if the queue is paused with mode all.
 
     Examples:
 
@@ -107,8 +116,11 @@ def add_command(
 
         portqueue add reports '{}' --cron '0 8 * * 1-5' --tz Europe/Paris
 
-        portqueue add emails --file jobs.jsonl
+        portqueue add --queue emails --file jobs.jsonl
+
+        portqueue add new-queue '{}' --create-queue
     """
+    queue, data = _queue_and_data(queue, data, queue_option)
     schedule = _schedule(delay, every, cron, tz)
     retry = _retry(max_attempts, retry_delay, backoff)
     given = {
@@ -124,15 +136,38 @@ def add_command(
             fail(EXIT_USAGE, "DATA and --file: pass one of them")
         if every is not None or cron is not None:
             fail(EXIT_USAGE, "--every/--cron: a file adds one-off jobs; add a schedule alone")
-        _add_file(queue, file, options, batch_size, dsn, schema, instance_key, as_json)
+        _add_file(queue, file, options, batch_size, dsn, schema, instance_key, as_json,
+                  create_queue)
         return
     options["data"] = {} if data is None else json_value(data, "DATA")
     with open_session(dsn, schema, names=OPTION_NAMES, instance_key=instance_key) as session:
+        _check_queue(session, queue, create_queue)
         result = session.run(session.pq.add_job, queue=queue, **options)
     if as_json:
         emit_json(result)
     else:
         typer.echo(_describe_add(result))
+
+
+def _queue_and_data(queue: str | None, data: str | None,
+                    queue_option: str | None) -> tuple[str, str | None]:
+    """QUEUE [DATA], or --queue QUEUE [DATA]: with --queue, the one argument is DATA."""
+    if queue_option is None:
+        if queue is None:
+            fail(EXIT_USAGE, "QUEUE: missing (the first argument, or --queue)")
+        return queue, data
+    if data is not None:
+        fail(EXIT_USAGE, "--queue and a QUEUE argument: pass the queue once")
+    return queue_option, queue
+
+
+def _check_queue(session: Session, queue: str, create_queue: bool) -> None:
+    """Refuse a queue that does not exist unless asked to create it: a typo
+    would otherwise create a queue no worker consumes."""
+    if create_queue or session.run(session.pq.get_queue, queue=queue) is not None:
+        return
+    fail(EXIT_USAGE, f"QUEUE: no queue {queue!r} (see `portqueue queues`); pass "
+         "--create-queue to create it")
 
 
 def _schedule(delay: int | None, every: int | None, cron: str | None,
@@ -207,11 +242,13 @@ def _count_lines(file: str) -> int | None:
 
 
 def _add_file(queue: str, file: str, defaults: dict[str, Any], batch_size: int,
-              dsn: str | None, schema: str, instance_key: str | None, as_json: bool) -> None:
+              dsn: str | None, schema: str, instance_key: str | None, as_json: bool,
+              create_queue: bool) -> None:
     total = _count_lines(file) if bars_wanted(as_json) else None
     with (_lines(file) as handle,
           open_session(dsn, schema, names=OPTION_NAMES, instance_key=instance_key) as session,
           progress_bar(f"adding to {queue}", enabled=bars_wanted(as_json)) as bar):
+        _check_queue(session, queue, create_queue)
         bar.total(total)
         results = _add_batches(session, queue, handle, defaults, batch_size, bar)
     added = sum(1 for result in results if not result.deduplicated)

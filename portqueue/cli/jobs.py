@@ -8,7 +8,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from portqueue.cli.base import EXIT_FAILURE, DsnOption, JsonOption, SchemaOption, app, fail
+from portqueue.cli.base import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    DsnOption,
+    JsonOption,
+    SchemaOption,
+    app,
+    fail,
+)
 from portqueue.cli.options import (
     GroupOption,
     LimitOption,
@@ -85,7 +93,11 @@ def _job_table(job: JobSnapshot) -> Table:
 
 @app.command("jobs")
 def jobs_command(
-    queue: Annotated[str, typer.Argument(help="The queue.", show_default=False)],
+    queue: Annotated[str | None, typer.Argument(help="The queue (or --queue).",
+                                                show_default=False)] = None,
+    queue_option: Annotated[str | None, typer.Option(
+        "--queue", help="The queue, as an option (as retry, cancel and remove take it).",
+        show_default=False)] = None,
     status: StatusOption = None,
     group_id: GroupOption = None,
     limit: LimitOption = 20,
@@ -100,8 +112,11 @@ def jobs_command(
 
         portqueue jobs emails --status failed
 
-        portqueue jobs emails --status pending,active --limit 100 --offset 100 --json
+        portqueue jobs --queue emails --status pending,active --limit 100 --offset 100 --json
     """
+    if (queue is None) == (queue_option is None):
+        fail(EXIT_USAGE, "QUEUE: pass the queue once, as an argument or with --queue")
+    queue = queue if queue is not None else queue_option
     wanted = statuses(status)
     limit, offset = window(limit, offset)
     with open_session(dsn, schema, names={"queue": "QUEUE", "group_id": "--group-id"}) as session:

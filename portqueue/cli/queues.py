@@ -1,4 +1,5 @@
-"""Queues and schedules: ``stats``, ``queues``, ``schedules``, ``pause``, ``resume``."""
+"""Queues and schedules: ``stats``, ``queues``, ``schedules``, ``pause``, ``resume``,
+``remove-queue``."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from portqueue.cli.base import DsnOption, JsonOption, SchemaOption, app
+from portqueue.cli.base import (
+    EXIT_FAILURE,
+    DsnOption,
+    JsonOption,
+    SchemaOption,
+    app,
+    fail,
+)
 from portqueue.cli.options import LimitOption, OffsetOption, window
 from portqueue.cli.output import (
     emit_json,
@@ -195,3 +203,31 @@ def resume_command(
         emit_json(info)
         return
     typer.echo(f"resumed {info.queue!r}")
+
+
+@app.command("remove-queue")
+def remove_queue_command(
+    queue: QueueArgument,
+    dsn: DsnOption = None,
+    schema: SchemaOption = "portqueue",
+    as_json: JsonOption = False,
+) -> None:
+    """Remove a queue with no unfinished job: its row, schedules and finished jobs.
+
+    Exits 1, removing nothing, if the queue does not exist or still has pending
+    or active jobs (cancel or remove those first).
+
+    Examples:
+
+        portqueue remove-queue emials
+
+        portqueue remove-queue old-reports --json
+    """
+    with open_session(dsn, schema, names=QUEUE_NAMES) as session:
+        removed = session.run(session.pq.remove_queue, queue=queue)
+    if as_json:
+        emit_json({"queue": queue, "removed": removed})
+    elif removed:
+        typer.echo(f"removed queue {queue!r}, its schedules and its finished jobs")
+    if not removed:
+        fail(EXIT_FAILURE, f"no queue {queue!r}")

@@ -28,7 +28,13 @@ from portqueue.cli.base import (
     require_dsn,
 )
 from portqueue.client import PortQueue
-from portqueue.errors import InvalidArgument, PortQueueError, QueuePausedError
+from portqueue.errors import (
+    InvalidArgument,
+    PortQueueError,
+    QueueNotEmpty,
+    QueuePausedError,
+    SchemaNotMigrated,
+)
 from portqueue.tx import SyncTx, from_psycopg
 
 T = TypeVar("T")
@@ -111,11 +117,10 @@ def open_session(
             yield Session(pq, conn)
     except InvalidArgument as exc:
         fail(EXIT_USAGE, redact(usage_message(exc, names or {}), dsn))
-    except QueuePausedError as exc:
+    except (QueuePausedError, QueueNotEmpty) as exc:
         fail(EXIT_FAILURE, str(exc))
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
-        fail(EXIT_FAILURE, f"schema {schema!r} has no portqueue tables: run `portqueue migrate` "
-             "(or pass the right --schema)")
+        fail(EXIT_FAILURE, str(SchemaNotMigrated(schema)))
     except (PortQueueError, psycopg.Error) as exc:
         fail(EXIT_FAILURE, redact(describe(exc), dsn))
     except KeyboardInterrupt:

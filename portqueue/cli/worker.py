@@ -19,7 +19,7 @@ from portqueue.cli.base import EXIT_FAILURE, EXIT_USAGE, app, redact
 from portqueue.cli.base import describe as _describe
 from portqueue.cli.base import fail as _fail
 from portqueue.client import PortQueue
-from portqueue.errors import InvalidArgument, PortQueueError
+from portqueue.errors import InvalidArgument, PortQueueError, SchemaNotMigrated
 from portqueue.worker.host import run_until_stopped
 from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS
 
@@ -100,6 +100,8 @@ def worker_command(
             client.run(**options)
     except InvalidArgument as exc:
         _fail(EXIT_USAGE, redact(str(exc), effective_dsn))
+    except SchemaNotMigrated as exc:
+        _finish_worker(EXIT_FAILURE, str(exc))
     except (PortQueueError, psycopg.Error, OSError) as exc:
         _finish_worker(EXIT_FAILURE, f"worker failed: {redact(_describe(exc), effective_dsn)}")
     _finish_worker(0)

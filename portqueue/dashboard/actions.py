@@ -22,7 +22,7 @@ from portqueue.dashboard import params
 from portqueue.dashboard.csrf import CSRF_FIELD, csrf_ok
 from portqueue.dashboard.render import link, render
 from portqueue.dashboard.views import client_of
-from portqueue.errors import InvalidArgument, QueuePausedError
+from portqueue.errors import InvalidArgument, QueueNotEmpty, QueuePausedError
 from portqueue.types import CancelOutcome
 
 # Above the client's default 1 MiB payload limit, with room for form encoding.
@@ -111,6 +111,18 @@ async def resume(request: Request, form: FormData) -> Response:
         raise InvalidArgument("queue", "name the queue to resume")
     await client_of(request).resume_queue(queue=queue)
     return _see(request, "/", notice="resumed")
+
+
+@action
+async def remove_queue(request: Request, form: FormData) -> Response:
+    queue = params.queue({"queue": _text(form, "queue")})
+    if queue is None:
+        raise InvalidArgument("queue", "name the queue to remove")
+    try:
+        removed = await client_of(request).remove_queue(queue=queue)
+    except QueueNotEmpty:
+        return _see(request, "/", notice="queue_not_empty")
+    return _see(request, "/", notice="queue_removed" if removed else "queue_not_removed")
 
 
 @action

@@ -67,6 +67,7 @@ ROUTES = [
     Route("/jobs/{job_id}/remove", actions.remove, methods=["POST"]),
     Route("/queues/pause", actions.pause, methods=["POST"]),
     Route("/queues/resume", actions.resume, methods=["POST"]),
+    Route("/queues/remove", actions.remove_queue, methods=["POST"]),
     Route("/schedules", views.schedules, methods=["GET"]),
     Route("/schedules/{schedule_id}/remove", actions.remove_schedule, methods=["POST"]),
     Route("/static/style.css", stylesheet, methods=["GET"]),

@@ -27,6 +27,10 @@ NOTICES: dict[str, Notice] = {
     "not_removed": Notice("warning", "Not removed: the job is running or no longer exists."),
     "paused": Notice("ok", "Queue paused."),
     "resumed": Notice("ok", "Queue resumed."),
+    "queue_removed": Notice("ok", "Queue removed, with its schedules and finished jobs."),
+    "queue_not_removed": Notice("warning", "Not removed: the queue no longer exists."),
+    "queue_not_empty": Notice("warning", "Not removed: the queue still has pending or active "
+                              "jobs. Cancel or remove them first."),
     "schedule_removed": Notice("ok", "Schedule removed; the jobs it spawned are untouched."),
     "schedule_not_removed": Notice("warning", "Not removed: the schedule no longer exists."),
 }

@@ -35,6 +35,12 @@ class QueueRow:
     stats: QueueStats
     throughput: Throughput
 
+    @property
+    def removable(self) -> bool:
+        """No unfinished job: remove_queue would take it (the button shows)."""
+        return all(count == 0 for status, count in self.stats.counts.items()
+                   if status not in FINISHED_STATUSES)
+
 
 async def _queue_row(client: AsyncPortQueue, info: QueueInfo) -> QueueRow:
     stats, throughput = await asyncio.gather(

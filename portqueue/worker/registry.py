@@ -38,6 +38,12 @@ class QueueSpec:
     dead_letter_queue: str | None
     dont_autoretry_for: tuple[type[BaseException], ...]
 
+    def add_defaults(self) -> validation.QueueDefaults | None:
+        """What this declaration fills in on jobs its client adds; None if nothing."""
+        if self.retry is None and self.expire_in_seconds is None and self.timeout_seconds is None:
+            return None
+        return validation.QueueDefaults(self.retry, self.expire_in_seconds, self.timeout_seconds)
+
     def with_concurrency(self, concurrency: int) -> QueueSpec:
         return dataclasses.replace(self, concurrency=concurrency)
 
@@ -114,6 +120,9 @@ class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._queues: dict[str, QueueSpec] = {}
+        # Read on every add (add_defaults), without the lock: a dict lookup is
+        # atomic, and a queue with no handler costs that lookup and nothing else.
+        self._add_defaults: dict[str, validation.QueueDefaults] = {}
         self._callbacks: dict[str, list[Callable[..., Any]]] = {event: [] for event in EVENTS}
 
     def add_queue(self, spec: QueueSpec) -> None:
@@ -121,6 +130,13 @@ class Registry:
             if spec.queue in self._queues:
                 raise InvalidArgument("queue", f"{spec.queue!r} already has a handler")
             self._queues[spec.queue] = spec
+            defaults = spec.add_defaults()
+            if defaults is not None:
+                self._add_defaults[spec.queue] = defaults
+
+    def add_defaults(self, queue: str) -> validation.QueueDefaults | None:
+        """The options the handler of ``queue`` declares for jobs added to it."""
+        return self._add_defaults.get(queue)
 
     def queues(self) -> Mapping[str, QueueSpec]:
         with self._lock:

@@ -35,8 +35,9 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from portqueue import operations
-from portqueue.availability import is_unavailable, session_lost
+from portqueue.availability import is_unavailable, schema_missing, session_lost
 from portqueue.driver import AsyncCursorKeepingConnection, execute_async, execute_sync, fetch_async
+from portqueue.errors import SchemaNotMigrated
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.metrics import hooks
 from portqueue.queries import Query
@@ -167,9 +168,17 @@ class Worker:
             kwargs={**self.settings.connection_kwargs("worker"), "autocommit": True},
             connection_class=AsyncCursorKeepingConnection, name="portqueue:worker")
         await self.pool.open(wait=True, timeout=30)
-        await self._execute(*[self.q("upsert_queue", **spec.queue_row())
-                              for spec in self.queues.values()])
-        await self._execute(self._registration())
+        try:
+            await self._execute(*[self.q("upsert_queue", **spec.queue_row())
+                                  for spec in self.queues.values()])
+            await self._execute(self._registration())
+        except BaseException as error:
+            # A failed start leaves nothing running: the open pool's tasks
+            # would be "destroyed but pending" at interpreter exit.
+            await self.pool.close()
+            if schema_missing(error):
+                raise SchemaNotMigrated(self.settings.schema) from error
+            raise
         if self.queues:  # a scheduler/maintenance-only worker claims nothing
             await self._fetcher()
         self._spawn(self._fetch_loop(), "fetcher")

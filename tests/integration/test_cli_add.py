@@ -8,6 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from portqueue import JobStatus, PauseMode, PortQueue
 from tests.conftest import count_jobs
@@ -20,6 +21,15 @@ Db = psycopg.Connection[Any]
 @pytest.fixture
 def cli(pg_dsn: str, schema: str) -> Cli:
     return Cli(pg_dsn, schema)
+
+
+@pytest.fixture(autouse=True)
+def known_queues(schema: str, db: Db) -> None:
+    """The queues these tests add to exist, as a worker's start would have
+    made them: add refuses an unknown queue (tests/integration/test_remove_queue.py)."""
+    query = sql.SQL("INSERT INTO {} (name) VALUES ('emails'), ('reports'), ('bulk')").format(
+        sql.Identifier(schema, "queue"))
+    db.execute(query)
 
 
 def test_add_prints_the_new_job(cli: Cli, pq: PortQueue) -> None:

@@ -111,6 +111,8 @@ def test_console_script_reads_the_environment(pg_dsn: str, schema: str, pq: Port
         return subprocess.run([*cli_command(), *args], env=env, capture_output=True,
                               text=True, timeout=60, check=False)
 
+    pq.pause_queue(queue="emails")  # the queue exists, as add requires
+    pq.resume_queue(queue="emails")
     added = run("add", "emails", '{"to": "a@example.com"}', "--json")
     assert added.returncode == 0, added.stderr
     job_id = json.loads(added.stdout)["job_id"]

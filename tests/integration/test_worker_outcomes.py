@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from portqueue import PortQueue
 from tests.support.rows import count_rows, fetch_one, job_row, update_job
 from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import (
@@ -525,10 +526,11 @@ def test_a_timed_out_attempt_is_retried_per_policy(
 
 
 def test_a_handler_timeout_bounds_jobs_added_before_the_queue_declared_it(
-    harness: SyncHarness, db: Db, schema: str
+    harness: SyncHarness, db: Db, schema: str, pg_dsn: str
 ) -> None:
-    """A job added before any worker wrote the queue's defaults stores no
-    timeout; the worker's declared one still applies."""
+    """A job added by a producer without the handler, before any worker wrote
+    the queue's defaults, stores no timeout; the worker's declared one still
+    applies."""
     pq = harness.pq
     gate = harness.gate()
 
@@ -536,7 +538,8 @@ def test_a_handler_timeout_bounds_jobs_added_before_the_queue_declared_it(
     def handler(job: Any) -> None:
         gate.wait(20)
 
-    job_id = pq.add_job(queue="slow", data={}).job_id
+    with PortQueue(pg_dsn, schema=schema) as producer:
+        job_id = producer.add_job(queue="slow", data={}).job_id
     assert job_id
     assert job_row(db, schema, job_id)["timeout_seconds"] is None
     harness.start()

@@ -189,7 +189,8 @@ def test_portqueue_add_on_the_command_line_opens_the_producer_span(
     pg_dsn: str, schema: str, spans: Any, db: Db
 ) -> None:
     result = CliRunner().invoke(
-        app, ["add", "from-cli", '{"n": 1}', "--dsn", pg_dsn, "--schema", schema])
+        app, ["add", "from-cli", '{"n": 1}', "--create-queue", "--dsn", pg_dsn,
+              "--schema", schema])
     assert result.exit_code == 0, result.output
     add = only(spans, "portqueue add from-cli")
     assert add.kind is SpanKind.PRODUCER
