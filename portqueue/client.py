@@ -273,8 +273,9 @@ class PortQueue:
                 operations.add_job(self._settings, options, scope.attrs), tx,
                 # A recurring add reads the clock, then stores the schedule:
                 # one transaction, so its first tick is exactly one period
-                # after its created_at. A plain add is one statement.
-                atomic=schedule is not None)
+                # after its created_at. A pattern is checked in a savepoint
+                # first (operations.check_patterns). A plain add is one statement.
+                atomic=schedule is not None or preferred_instance_key_pattern is not None)
             scope.added([result])
         return result
 
