@@ -78,7 +78,8 @@ candidates AS (
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               CASE WHEN j.preferred_instance_key_pattern NOT IN (
+               CASE WHEN j.preferred_instance_key_pattern IS NOT NULL
+                         AND j.preferred_instance_key_pattern NOT IN (
                              SELECT unnest(%(judged_patterns)s::text[]))
                     THEN j.preferred_instance_key_pattern END AS unjudged
         FROM {schema}.job AS j
