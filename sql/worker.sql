@@ -59,11 +59,11 @@ DELETE FROM {schema}.worker WHERE id = %(id)s;
 --
 -- No pattern is evaluated here: a pattern PostgreSQL refuses would fail the
 -- whole claim, and one slow to compile would slow every claim. The worker
--- passes the patterns it has judged (portqueue.worker.patterns) and those of
--- them that match its key, each looked up in a hash (the IN subqueries): a
--- job whose pattern is judged not to match is passed over at the cost of a
--- comparison. A job whose pattern is not judged yet takes a slot but is not
--- claimed: it comes back as an 'unjudged' row carrying the pattern (in
+-- passes the patterns it has judged (portqueue.worker.patterns): those that
+-- match its key, and those that do not, each looked up in a hash (the IN
+-- subqueries), so a job it cannot take is passed over at the cost of a
+-- comparison. A job whose pattern it has not judged yet takes a slot but is
+-- not claimed: it comes back as an 'unjudged' row carrying the pattern (in
 -- data_json), which the worker judges before its next claim.
 WITH wanted AS (
     SELECT w.queue, w.slots, w.lease_seconds
@@ -74,27 +74,29 @@ WITH wanted AS (
           SELECT FROM {schema}.queue AS q WHERE q.name = w.queue AND q.paused IS NOT NULL)
 ),
 candidates AS (
-    SELECT c.id, c.expired, c.unjudged, wanted.queue, wanted.lease_seconds
+    SELECT c.id, c.expired, c.pattern, wanted.queue, wanted.lease_seconds
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               CASE WHEN j.preferred_instance_key_pattern IS NOT NULL
-                         AND j.preferred_instance_key_pattern NOT IN (
-                             SELECT unnest(%(judged_patterns)s::text[]))
-                    THEN j.preferred_instance_key_pattern END AS unjudged
+               j.preferred_instance_key_pattern AS pattern
         FROM {schema}.job AS j
         WHERE j.queue = wanted.queue
           AND j.status = 'pending'
           AND j.start_after <= now()
           AND (j.preferred_instance_key_pattern IS NULL
-               OR j.preferred_instance_key_pattern IN (
-                      SELECT unnest(%(matching_patterns)s::text[]))
                OR j.preferred_instance_key_pattern NOT IN (
-                      SELECT unnest(%(judged_patterns)s::text[])))
+                      SELECT unnest(%(refused_patterns)s::text[])))
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+-- What the claim takes: no pattern, or one judged to match. The rest of the
+-- candidates name a pattern not judged yet.
+claimable AS (
+    SELECT c.id FROM candidates AS c
+    WHERE c.pattern IS NULL
+       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
 ),
 claimed AS (
     UPDATE {schema}.job AS j
@@ -111,8 +113,7 @@ claimed AS (
     -- guesses a tenth of the backlog, then joins back to job with a hash or
     -- merge join over the whole table. Naming the claimed ids as an array pins
     -- the join to primary-key lookups: the claim costs what it claims.
-    WHERE j.id = c.id
-      AND j.id = ANY (ARRAY(SELECT id FROM candidates WHERE unjudged IS NULL))
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
     -- The columns of portqueue.worker.state.Claimed, in its order: each row
     -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
     -- ids and data on as they come, and decoding them per row into objects it
@@ -126,10 +127,11 @@ claimed AS (
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT c.id::text, c.queue, 'unjudged', c.unjudged, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
-WHERE c.unjudged IS NOT NULL;
+WHERE c.pattern IS NOT NULL
+  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]));
 
 -- name: complete_jobs
 -- Fenced, batched completions. status is 'completed', or 'cancelled' for a

@@ -4,9 +4,9 @@ The claim never evaluates a pattern: a pattern PostgreSQL refuses would fail
 every claim that met it, in every queue of the worker, and one slow to compile
 (PostgreSQL caches 32 compiled patterns per session) would cost every claim
 again. Instead the claim takes two lists from here: the patterns judged to
-match this worker's key (claimable) and every pattern judged at all. A ready
-row whose pattern is not judged yet is locked for the claim's statement but not
-claimed; it comes back as a row of status ``unjudged`` with its pattern in
+match this worker's key (claimable) and those judged not to (passed over). A
+ready row whose pattern is in neither is locked for the claim's statement but
+not claimed; it comes back as a row of status ``unjudged`` with its pattern in
 ``data_json``, and the worker judges those patterns before its next claim.
 
 A judgement is one statement per pattern, under a deadline of its own: a
@@ -59,10 +59,10 @@ class PatternVerdicts:
         self.instance_key = instance_key
         self._verdicts: OrderedDict[str, bool] = OrderedDict()
         self._rejudge_at: dict[str, float] = {}
-        self._params: dict[str, list[str]] = {"matching_patterns": [], "judged_patterns": []}
+        self._params: dict[str, list[str]] = {"matching_patterns": [], "refused_patterns": []}
 
     def claim_params(self) -> dict[str, list[str]]:
-        """The claim's ``matching_patterns`` and ``judged_patterns``."""
+        """The claim's ``matching_patterns`` and ``refused_patterns``."""
         if self._rejudge_at:
             now = time.monotonic()
             for pattern in [p for p, at in self._rejudge_at.items() if at <= now]:
@@ -118,5 +118,5 @@ class PatternVerdicts:
     def _rebuild(self) -> None:
         self._params = {
             "matching_patterns": [p for p, matches in self._verdicts.items() if matches],
-            "judged_patterns": list(self._verdicts),
+            "refused_patterns": [p for p, matches in self._verdicts.items() if not matches],
         }

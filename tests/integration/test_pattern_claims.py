@@ -121,12 +121,12 @@ def test_a_worker_without_a_key_claims_no_patterned_job(
 # --- the claim statement itself: it evaluates no pattern ---
 
 
-def claim(db: Db, schema: str, *, matching: Sequence[str], judged: Sequence[str],
+def claim(db: Db, schema: str, *, matching: Sequence[str], refused: Sequence[str],
           slots: int = 10) -> list[dict[str, Any]]:
     query = queries_for(schema)(
         "claim", queues=["render"], slots=[slots], lease_seconds=[60],
         worker_id=str(uuid.uuid4()), matching_patterns=list(matching),
-        judged_patterns=list(judged))
+        refused_patterns=list(refused))
     with db.cursor(row_factory=psycopg.rows.dict_row) as cursor:
         return cursor.execute(query.sql, dict(query.params)).fetchall()
 
@@ -136,14 +136,14 @@ def test_the_claim_never_compiles_a_pattern(pq: PortQueue, db: Db, schema: str) 
     (bad,) = insert_patterned(db, schema, "render", INVALID, priority=5)
     (good,) = insert_patterned(db, schema, "render", "^test-", priority=5)
     # Not judged yet: reported, not claimed, and no error.
-    rows = claim(db, schema, matching=[], judged=[])
+    rows = claim(db, schema, matching=[], refused=[])
     assert sorted((row["status"], row["data_json"]) for row in rows) == [
         ("active", '{}'), ("unjudged", INVALID), ("unjudged", "^test-")]
     assert {job_row(db, schema, job)["status"] for job in (bad, good)} == {"pending"}
     # Judged: the match is claimed, the refused one passed over.
     db.execute(sql.SQL("UPDATE {} SET status = 'pending', attempt = 0 WHERE id = %s").format(
         sql.Identifier(schema, "job")), [plain])
-    rows = claim(db, schema, matching=["^test-"], judged=["^test-", INVALID])
+    rows = claim(db, schema, matching=["^test-"], refused=[INVALID])
     assert sorted(row["id"] for row in rows) == sorted([plain, good])
     assert {row["status"] for row in rows} == {"active"}
     assert job_row(db, schema, bad)["status"] == "pending"
@@ -155,6 +155,7 @@ def test_verdicts_are_bounded() -> None:
         verdicts._remember(f"p{n}", n % 2 == 0)
     verdicts._rebuild()
     params = verdicts.claim_params()
-    assert len(params["judged_patterns"]) == patterns.MAX_VERDICTS
-    assert params["judged_patterns"][0] == "p50"  # the oldest went first
-    assert set(params["matching_patterns"]) <= set(params["judged_patterns"])
+    judged = params["matching_patterns"] + params["refused_patterns"]
+    assert len(judged) == patterns.MAX_VERDICTS
+    assert min(judged, key=lambda p: int(p[1:])) == "p50"  # the oldest went first
+    assert not set(params["matching_patterns"]) & set(params["refused_patterns"])
