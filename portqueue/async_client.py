@@ -261,8 +261,10 @@ class AsyncPortQueue:
         template of every job it spawns. A matching ``idempotency_key`` (ever)
         or ``singleton_key`` (pending/active job) returns the existing job with
         ``deduplicated=True`` instead of adding; inside ``tx`` that never aborts
-        the caller's transaction. Raises ``QueuePausedError`` when the queue is
-        paused with ``PauseMode.ALL``.
+        the caller's transaction. A ``preferred_instance_key_pattern`` must
+        compile and match in PostgreSQL within 100 ms (checked in a savepoint
+        first; a refusal leaves ``tx`` usable). Raises ``QueuePausedError`` when
+        the queue is paused with ``PauseMode.ALL``.
         """
         options = {
             "queue": queue, "data": data, "schedule": schedule, "priority": priority,

@@ -289,7 +289,7 @@ PATTERN_DEADLINE_MS = 100
 
 # A pattern PostgreSQL refuses: invalid or too complex (2201B), over the
 # deadline (57014, statement_timeout), over a memory or size limit.
-_PATTERN_REFUSALS = frozenset({"2201B", "57014", "53200", "54000", "54001"})
+PATTERN_REFUSALS = frozenset({"2201B", "57014", "53200", "54000", "54001"})
 
 
 def check_patterns(
@@ -303,7 +303,7 @@ def check_patterns(
     try:
         yield _pattern_checks(q, instance_key, patterns)
     except Exception as error:
-        if sqlstate(error) not in _PATTERN_REFUSALS:
+        if sqlstate(error) not in PATTERN_REFUSALS:
             raise
         yield _end_pattern_check(q)
         refused, reason = error, sqlstate(error)
@@ -339,7 +339,7 @@ def _refusal(
     try:
         yield _pattern_checks(q, instance_key, [pattern])
     except Exception as error:
-        if sqlstate(error) not in _PATTERN_REFUSALS:
+        if sqlstate(error) not in PATTERN_REFUSALS:
             raise
         yield _end_pattern_check(q)
         return error

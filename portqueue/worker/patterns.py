@@ -27,6 +27,7 @@ from typing import Any
 import psycopg
 
 from portqueue.driver import execute_async, sqlstate
+from portqueue.operations import PATTERN_DEADLINE_MS, PATTERN_REFUSALS
 from portqueue.queries import Queries
 
 log = logging.getLogger("portqueue.worker")
@@ -36,7 +37,7 @@ UNJUDGED = "unjudged"
 
 # Twice the producers' deadline: a pattern they accepted still passes on a
 # busy server, and judging one never stalls the fetcher for long.
-JUDGE_DEADLINE_MS = 200
+JUDGE_DEADLINE_MS = 2 * PATTERN_DEADLINE_MS
 # Patterns judged between two claims: bounds the fetcher's pause (each takes
 # at most the deadline) when a backlog names many new ones at once.
 MAX_JUDGED_PER_CLAIM = 4
@@ -47,8 +48,6 @@ MAX_VERDICTS = 1_000
 # after this long, where an invalid one is never.
 REJUDGE_TIMED_OUT_SECONDS = 300.0
 
-# The SQLSTATEs of a pattern PostgreSQL refuses (operations._PATTERN_REFUSALS).
-_REFUSALS = frozenset({"2201B", "57014", "53200", "54000", "54001"})
 _TIMED_OUT = "57014"
 
 
@@ -92,7 +91,7 @@ class PatternVerdicts:
                     "check_pattern", instance_key=self.instance_key, pattern=pattern))
         except psycopg.Error as error:
             state = sqlstate(error)
-            if state not in _REFUSALS or conn.broken:
+            if state not in PATTERN_REFUSALS or conn.broken:
                 raise  # the connection, not the pattern: the fetch loop reconnects
             if state == _TIMED_OUT:
                 self._rejudge_at[pattern] = time.monotonic() + REJUDGE_TIMED_OUT_SECONDS
