@@ -71,16 +71,28 @@ class PatternVerdicts:
     async def judge_unjudged(
         self, conn: psycopg.AsyncConnection[Any], q: Queries, rows: Sequence[Any]
     ) -> None:
-        """Judge the patterns of a claim's ``unjudged`` rows (a few per claim)."""
+        """Judge the patterns of a claim's ``unjudged`` rows (a few per claim).
+
+        Never raises: it runs between the claim's commit and the start of the
+        jobs it claimed, which an error here would leave active with no runner
+        until their leases lapse. A pattern it could not judge (the connection
+        failed) stays unjudged; the next claim finds the connection broken."""
         if not any(row.status == UNJUDGED for row in rows):
             return  # the common claim: nothing to judge, nothing to rebuild
         new = list(dict.fromkeys(row.data_json for row in rows if row.status == UNJUDGED))
         for pattern in new[:MAX_JUDGED_PER_CLAIM]:
-            if pattern not in self._verdicts:
-                self._remember(pattern, await self._judge(conn, q, pattern))
+            if pattern in self._verdicts:
+                continue
+            verdict = await self._judge(conn, q, pattern)
+            if verdict is None:
+                break
+            self._remember(pattern, verdict)
         self._rebuild()
 
-    async def _judge(self, conn: psycopg.AsyncConnection[Any], q: Queries, pattern: str) -> bool:
+    async def _judge(
+        self, conn: psycopg.AsyncConnection[Any], q: Queries, pattern: str
+    ) -> bool | None:
+        """Whether this worker's key matches ``pattern``; None if it could not tell."""
         if self.instance_key is None:
             return False  # what `NULL ~ pattern` would say, without compiling it
         try:
@@ -92,7 +104,9 @@ class PatternVerdicts:
         except psycopg.Error as error:
             state = sqlstate(error)
             if state not in PATTERN_REFUSALS or conn.broken:
-                raise  # the connection, not the pattern: the fetch loop reconnects
+                log.warning("could not judge preferred_instance_key_pattern %r (%s); "
+                            "it is judged at a later claim", pattern, error)
+                return None
             if state == _TIMED_OUT:
                 self._rejudge_at[pattern] = time.monotonic() + REJUDGE_TIMED_OUT_SECONDS
             # Once per pattern per worker (verdicts are kept), not once per claim.

@@ -22,6 +22,7 @@ from portqueue import PortQueue
 from portqueue.queries import queries_for
 from portqueue.worker import patterns
 from portqueue.worker.patterns import PatternVerdicts
+from portqueue.worker.state import Claimed
 from tests.support.rows import job_row
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness
@@ -159,3 +160,18 @@ def test_verdicts_are_bounded() -> None:
     assert len(judged) == patterns.MAX_VERDICTS
     assert min(judged, key=lambda p: int(p[1:])) == "p50"  # the oldest went first
     assert not set(params["matching_patterns"]) & set(params["refused_patterns"])
+
+
+async def test_judging_never_raises_between_a_claim_and_its_start(pg_dsn: str) -> None:
+    # The claim has committed when the judging runs: an error escaping it would
+    # leave the claimed jobs active with no runner. A broken connection leaves
+    # the pattern unjudged instead, for a later claim.
+    conn = await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)
+    await conn.close()
+    verdicts = PatternVerdicts("host-1")
+    row = Claimed("id", "render", patterns.UNJUDGED, "^host-", *[None] * 12)  # type: ignore[arg-type]
+    await verdicts.judge_unjudged(conn, queries_for("pq_test"), [row])
+    assert verdicts.claim_params() == {"matching_patterns": [], "refused_patterns": []}
+    async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as live:
+        await verdicts.judge_unjudged(live, queries_for("pq_test"), [row])
+    assert verdicts.claim_params()["matching_patterns"] == ["^host-"]
