@@ -259,8 +259,10 @@ class PortQueue:
         template of every job it spawns. A matching ``idempotency_key`` (ever)
         or ``singleton_key`` (pending/active job) returns the existing job with
         ``deduplicated=True`` instead of adding; inside ``tx`` that never aborts
-        the caller's transaction. Raises ``QueuePausedError`` when the queue is
-        paused with ``PauseMode.ALL``.
+        the caller's transaction. A ``preferred_instance_key_pattern`` must
+        compile and match in PostgreSQL within 100 ms (checked in a savepoint
+        first; a refusal leaves ``tx`` usable). Raises ``QueuePausedError`` when
+        the queue is paused with ``PauseMode.ALL``.
         """
         options = {
             "queue": queue, "data": data, "schedule": schedule, "priority": priority,
@@ -276,8 +278,9 @@ class PortQueue:
                                    self._registry.add_defaults), tx,
                 # A recurring add reads the clock, then stores the schedule:
                 # one transaction, so its first tick is exactly one period
-                # after its created_at. A plain add is one statement.
-                atomic=schedule is not None)
+                # after its created_at. A pattern is checked in a savepoint
+                # first (operations.check_patterns). A plain add is one statement.
+                atomic=schedule is not None or preferred_instance_key_pattern is not None)
             scope.added([result])
         return result
 

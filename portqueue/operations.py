@@ -280,6 +280,100 @@ def add_jobs(q: Queries, queue: str, specs: Sequence[JobSpec]) -> Operation[list
     return [results[index] for index in range(len(specs))]
 
 
+# A pattern is accepted when PostgreSQL compiles it and matches the producer's
+# key within this deadline: the local validator cannot size every automaton
+# (one it passes made PostgreSQL spend seconds, then refuse it as "too
+# complex"), and such a pattern, stored, would cost every worker meeting it.
+# Workers judge stored patterns again, with a deadline of their own
+# (portqueue.worker.patterns). The check's cost: docs/performance.md.
+PATTERN_DEADLINE_MS = 100
+
+# A pattern PostgreSQL refuses: invalid or too complex (2201B), over the
+# deadline (57014, statement_timeout), over a memory or size limit.
+PATTERN_REFUSALS = frozenset({"2201B", "57014", "53200", "54000", "54001"})
+
+
+def check_patterns(
+    q: Queries, instance_key: str | None, arguments: Mapping[str, str]
+) -> Operation[None]:
+    """Refuse the first pattern PostgreSQL does not compile and evaluate within
+    PATTERN_DEADLINE_MS, naming its argument. ``arguments``: each distinct
+    pattern and the argument of its first entry. Writes nothing; the caller's
+    transaction stays usable."""
+    patterns = list(arguments)
+    try:
+        yield _pattern_checks(q, instance_key, patterns)
+    except Exception as error:
+        if sqlstate(error) not in PATTERN_REFUSALS:
+            raise
+        yield _end_pattern_check(q)
+        refused, reason = error, sqlstate(error)
+        if len(patterns) > 1:
+            # One pipeline checked them all: find which one was refused.
+            for pattern in patterns:
+                found = yield from _refusal(q, instance_key, pattern)
+                if found is not None:
+                    patterns, (refused, reason) = [pattern], (found, sqlstate(found))
+                    break
+        raise InvalidArgument(arguments[patterns[0]], _refusal_reason(refused, reason)) from None
+    yield _end_pattern_check(q)
+
+
+def _pattern_checks(q: Queries, instance_key: str | None, patterns: Sequence[str]) -> Batch:
+    # A NULL key would make `~` return NULL without compiling the pattern.
+    key = instance_key or ""
+    return Batch(iter([
+        q("begin_pattern_check"),
+        q("pattern_check_deadline", milliseconds=str(PATTERN_DEADLINE_MS)),
+        *(q("check_pattern", instance_key=key, pattern=pattern) for pattern in patterns),
+    ]))
+
+
+def _end_pattern_check(q: Queries) -> Batch:
+    return Batch(iter([q("end_pattern_check"), q("release_pattern_check")]))
+
+
+def _refusal(
+    q: Queries, instance_key: str | None, pattern: str
+) -> Operation[Exception | None]:
+    """The error PostgreSQL refuses ``pattern`` with, or None."""
+    try:
+        yield _pattern_checks(q, instance_key, [pattern])
+    except Exception as error:
+        if sqlstate(error) not in PATTERN_REFUSALS:
+            raise
+        yield _end_pattern_check(q)
+        return error
+    yield _end_pattern_check(q)
+    return None
+
+
+def _refusal_reason(error: BaseException, state: str | None) -> str:
+    if state == "57014":
+        return (f"PostgreSQL did not compile and evaluate it within {PATTERN_DEADLINE_MS} ms; "
+                "simplify its repetitions")
+    # The server's own words ("regular expression is too complex"), through
+    # SQLAlchemy's and Django's wrappers.
+    seen: BaseException | None = error
+    while seen is not None:
+        message = getattr(getattr(seen, "diag", None), "message_primary", None)
+        if message:
+            return f"PostgreSQL refuses it: {message}"
+        seen = getattr(seen, "orig", None) or seen.__cause__
+    return "PostgreSQL refuses it"
+
+
+def _patterns_of(specs: Sequence[JobSpec], prefix: str | None) -> dict[str, str]:
+    """Each distinct pattern of ``specs`` and the argument of its first entry."""
+    arguments: dict[str, str] = {}
+    for index, spec in enumerate(specs):
+        pattern = spec.preferred_instance_key_pattern
+        if pattern is not None and pattern not in arguments:
+            entry = "" if prefix is None else f"{prefix}[{index}]."
+            arguments[pattern] = f"{entry}preferred_instance_key_pattern"
+    return arguments
+
+
 def _add_unkeyed_jobs(
     q: Queries, queue: str, specs: Sequence[JobSpec]
 ) -> Operation[list[AddJobResult]]:
@@ -609,6 +703,9 @@ def add_job(
     defaults = None if declared is None else declared(queue)
     if defaults is not None:
         spec = defaults.fill(spec)
+    if spec.preferred_instance_key_pattern is not None:
+        yield from check_patterns(
+            settings.queries, settings.instance_key, _patterns_of([spec], None))
     if schedule is not None and schedule.recurring:
         return (yield from add_schedule(settings.queries, queue, spec, schedule))
     if attrs:
@@ -638,18 +735,24 @@ def add_job_batch(
     queue = validation.queue_name(queue)
     entries = validation.job_entries(jobs)
     defaults = None if declared is None else declared(queue)
-    if streamed and len(entries) > STREAM_CHUNK and not any(map(_names_a_key, entries)):
+    if streamed and len(entries) > STREAM_CHUNK and not any(map(_needs_whole_batch, entries)):
         return (yield from _add_streamed_unkeyed_jobs(settings, queue, entries, attrs, defaults))
     ids = uuid7s(len(entries))
     specs = [_batch_spec(settings, index, entry, attrs, ids[index], defaults)
              for index, entry in enumerate(entries)]
     if not specs:
         return []
+    patterns = _patterns_of(specs, "jobs")
+    if patterns:
+        yield from check_patterns(settings.queries, settings.instance_key, patterns)
     return (yield from add_jobs(settings.queries, queue, specs))
 
 
-def _names_a_key(entry: Mapping[str, Any]) -> bool:
-    return entry.get("idempotency_key") is not None or entry.get("singleton_key") is not None
+def _needs_whole_batch(entry: Mapping[str, Any]) -> bool:
+    # Keys are resolved over the whole batch, and patterns are checked by
+    # PostgreSQL before anything is inserted: neither can be streamed.
+    return (entry.get("idempotency_key") is not None or entry.get("singleton_key") is not None
+            or entry.get("preferred_instance_key_pattern") is not None)
 
 
 def _batch_spec(

@@ -293,3 +293,26 @@ coalesce(e.backoff_factor, d.backoff_factor, 2),
 CASE WHEN e.max_attempts IS NOT NULL THEN e.backoff_max_delay_seconds
      ELSE d.backoff_max_delay_seconds END,
 coalesce(e.backoff_jitter, d.backoff_jitter, false)
+
+-- name: begin_pattern_check
+-- A preferred_instance_key_pattern is accepted when PostgreSQL compiles and
+-- evaluates it within a deadline (portqueue.operations.check_patterns). The
+-- check runs in a savepoint that is always rolled back: the deadline set in
+-- it ends with it, and a refused pattern's error never aborts a caller's
+-- transaction. Nothing is written inside it.
+SAVEPOINT portqueue_pattern_check;
+
+-- name: pattern_check_deadline
+SELECT set_config('statement_timeout', %(milliseconds)s, true);
+
+-- name: check_pattern
+-- Compiles the pattern (or takes it from the session's cache) and matches it
+-- once, as a claim would. Also run by workers to judge a pattern for their
+-- own key (portqueue.worker.patterns).
+SELECT %(instance_key)s::text ~ %(pattern)s::text AS matches;
+
+-- name: end_pattern_check
+ROLLBACK TO SAVEPOINT portqueue_pattern_check;
+
+-- name: release_pattern_check
+RELEASE SAVEPOINT portqueue_pattern_check;

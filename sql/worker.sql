@@ -56,6 +56,15 @@ DELETE FROM {schema}.worker WHERE id = %(id)s;
 -- still runs out of attempts. A job found past its expire_at is never started:
 -- the same statement marks it expired. lease_token only grows: it is the
 -- fencing token every later write for this attempt must match.
+--
+-- No pattern is evaluated here: a pattern PostgreSQL refuses would fail the
+-- whole claim, and one slow to compile would slow every claim. The worker
+-- passes the patterns it has judged (portqueue.worker.patterns): those that
+-- match its key, and those that do not, each looked up in a hash (the IN
+-- subqueries), so a job it cannot take is passed over at the cost of a
+-- comparison. A job whose pattern it has not judged yet takes a slot but is
+-- not claimed: it comes back as an 'unjudged' row carrying the pattern (in
+-- data_json), which the worker judges before its next claim.
 WITH wanted AS (
     SELECT w.queue, w.slots, w.lease_seconds
     FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
@@ -65,46 +74,64 @@ WITH wanted AS (
           SELECT FROM {schema}.queue AS q WHERE q.name = w.queue AND q.paused IS NOT NULL)
 ),
 candidates AS (
-    SELECT c.id, c.expired, wanted.lease_seconds
+    SELECT c.id, c.expired, c.pattern, wanted.queue, wanted.lease_seconds
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern
         FROM {schema}.job AS j
         WHERE j.queue = wanted.queue
           AND j.status = 'pending'
           AND j.start_after <= now()
           AND (j.preferred_instance_key_pattern IS NULL
-               OR %(instance_key)s::text ~ j.preferred_instance_key_pattern)
+               OR j.preferred_instance_key_pattern NOT IN (
+                      SELECT unnest(%(refused_patterns)s::text[])))
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+-- What the claim takes: no pattern, or one judged to match. The rest of the
+-- candidates name a pattern not judged yet.
+claimable AS (
+    SELECT c.id FROM candidates AS c
+    WHERE c.pattern IS NULL
+       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
+),
+claimed AS (
+    UPDATE {schema}.job AS j
+    SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
+        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
+        finished_at = CASE WHEN c.expired THEN now() END,
+        lease_token = coalesce(j.lease_token, 0) + 1,
+        lease_expires_at = CASE WHEN c.expired THEN NULL
+                                ELSE now() + make_interval(secs => c.lease_seconds) END,
+        worker_id = %(worker_id)s
+    FROM candidates AS c
+    -- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
+    -- guesses a tenth of the backlog, then joins back to job with a hash or
+    -- merge join over the whole table. Naming the claimed ids as an array pins
+    -- the join to primary-key lookups: the claim costs what it claims.
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+    -- The columns of portqueue.worker.state.Claimed, in its order: each row
+    -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
+    -- ids and data on as they come, and decoding them per row into objects it
+    -- does not need is most of what reading a claim costs.
+    RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
+              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
+              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+              j.backoff_max_delay_seconds, j.backoff_jitter,
+              j.cancel_requested_at IS NOT NULL AS cancel_requested,
+              j.attrs ->> 'traceparent' AS traceparent
 )
-UPDATE {schema}.job AS j
-SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
-    attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-    started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-    finished_at = CASE WHEN c.expired THEN now() END,
-    lease_token = coalesce(j.lease_token, 0) + 1,
-    lease_expires_at = CASE WHEN c.expired THEN NULL
-                            ELSE now() + make_interval(secs => c.lease_seconds) END,
-    worker_id = %(worker_id)s
+SELECT * FROM claimed
+UNION ALL
+SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
--- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
--- guesses a tenth of the backlog, then joins back to job with a hash or
--- merge join over the whole table. Naming the claimed ids as an array pins
--- the join to primary-key lookups: the claim costs what it claims.
-WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM candidates))
--- The columns of portqueue.worker.state.Claimed, in its order: each row
--- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
--- ids and data on as they come, and decoding them per row into objects it
--- does not need is most of what reading a claim costs.
-RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
-          j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
-          j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
-          j.backoff_max_delay_seconds, j.backoff_jitter,
-          j.cancel_requested_at IS NOT NULL AS cancel_requested,
-          j.attrs ->> 'traceparent' AS traceparent;
+WHERE c.pattern IS NOT NULL
+  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]));
 
 -- name: complete_jobs
 -- Fenced, batched completions. status is 'completed', or 'cancelled' for a

@@ -53,6 +53,7 @@ from portqueue.worker.outcomes import (
     failure,
     unsettled,
 )
+from portqueue.worker.patterns import UNJUDGED, PatternVerdicts
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, QueueSpec, Registry
 from portqueue.worker.signal import SignalState
 from portqueue.worker.state import Claimed, Running
@@ -128,6 +129,7 @@ class Worker:
         self._sync_pool_lock = threading.Lock()
         self._handler_pool: AsyncConnectionPool | None = None
         self._fetcher_conn: psycopg.AsyncConnection[Any] | None = None
+        self._patterns = PatternVerdicts(settings.instance_key)
         # Connections async handlers hold now (job.transaction()): closed at
         # stop if their handler refuses to end (see _cancel_async_handlers).
         self._handler_connections: set[psycopg.AsyncConnection[Any]] = set()
@@ -439,12 +441,16 @@ class Worker:
             queues=names,
             slots=[free[name] for name in names],
             lease_seconds=[self.queues[name].lease_seconds for name in names],
-            instance_key=self.settings.instance_key,
             worker_id=self.id,
+            **self._patterns.claim_params(),
         )
-        rows = await fetch_async(await self._fetcher(), query, Claimed.rows)
+        conn = await self._fetcher()
+        rows = await fetch_async(conn, query, Claimed.rows)
+        await self._patterns.judge_unjudged(conn, self.q, rows)
         started = []
         for claimed in rows:
+            if claimed.status == UNJUDGED:
+                continue  # its slot went to a pattern just judged
             if claimed.status == "expired":
                 log.info("job %s on %r expired before it could start", claimed.id,
                          claimed.queue)

@@ -22,7 +22,7 @@ class Claimed(NamedTuple):
 
     id: str
     queue: str
-    status: str  # 'active', or 'expired' for a job the claim found past its expire_at
+    status: str  # 'active'; 'expired' for a job found past its expire_at; 'unjudged' (patterns.py)
     data_json: str
     attempt: int
     max_attempts: int

@@ -124,8 +124,8 @@ def test_a_thousand_claims_racing_for_one_job_have_one_winner(
     assert job_id is not None
     connections = free_connections(db, CALLERS)
     claim = pq._settings.queries(
-        "claim", queues=["race"], slots=[1], lease_seconds=[60], instance_key=None,
-        worker_id="00000000-0000-0000-0000-000000000001")
+        "claim", queues=["race"], slots=[1], lease_seconds=[60], matching_patterns=[],
+        refused_patterns=[], worker_id="00000000-0000-0000-0000-000000000001")
 
     async def race() -> list[list[dict[str, Any]]]:
         conns = await asyncio.gather(*(psycopg.AsyncConnection.connect(pg_dsn, autocommit=True)

@@ -63,7 +63,7 @@ def claim_query(schema: str) -> Query:
     """The claim a worker with 10 free slots on queue ``plan`` sends."""
     return queries_for(schema)(
         "claim", queues=["plan"], slots=[CLAIMED], lease_seconds=[60],
-        instance_key="plan-host", worker_id=str(uuid.uuid4()))
+        worker_id=str(uuid.uuid4()), matching_patterns=[], refused_patterns=[])
 
 
 def explain(db: Db, query: Query, *, fmt: str) -> Any:

@@ -105,9 +105,12 @@ class CallerTransaction(ABC):
         self.client: Any = self._client_of(self.is_async)
 
     def _client_of(self, is_async: bool) -> Any:
+        # With an instance key, as tests/conftest.py's clients: jobs may then
+        # name a preferred_instance_key_pattern, which is checked in the tx.
+        settings = {"schema": self.schema, "instance_key": "test-host-ram-8gb"}
         if is_async:
-            return BlockingAsyncClient(lambda: AsyncPortQueue(self.pg_dsn, schema=self.schema))
-        return PortQueue(self.pg_dsn, schema=self.schema)
+            return BlockingAsyncClient(lambda: AsyncPortQueue(self.pg_dsn, **settings))
+        return PortQueue(self.pg_dsn, **settings)
 
     @contextmanager
     def other_client(self) -> Iterator[Any]:

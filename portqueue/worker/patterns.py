@@ -1,0 +1,135 @@
+"""Which ``preferred_instance_key_pattern``s this worker's key matches, judged once each.
+
+The claim never evaluates a pattern: a pattern PostgreSQL refuses would fail
+every claim that met it, in every queue of the worker, and one slow to compile
+(PostgreSQL caches 32 compiled patterns per session) would cost every claim
+again. Instead the claim takes two lists from here: the patterns judged to
+match this worker's key (claimable) and those judged not to (passed over). A
+ready row whose pattern is in neither is locked for the claim's statement but
+not claimed; it comes back as a row of status ``unjudged`` with its pattern in
+``data_json``, and the worker judges those patterns before its next claim.
+
+A judgement is one statement per pattern, under a deadline of its own: a
+pattern refused, or over the deadline, is judged "no match" and the jobs naming
+it are left to other workers (or to their expiry). Producers refuse such
+patterns at add (``operations.check_patterns``); this is the defence for rows
+written any other way. Costs: docs/performance.md, "Patterned jobs".
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+
+from portqueue.driver import execute_async, sqlstate
+from portqueue.operations import PATTERN_DEADLINE_MS, PATTERN_REFUSALS
+from portqueue.queries import Queries
+
+log = logging.getLogger("portqueue.worker")
+
+UNJUDGED = "unjudged"
+"""The status of a claim row that only reports a pattern not judged yet."""
+
+# Twice the producers' deadline: a pattern they accepted still passes on a
+# busy server, and judging one never stalls the fetcher for long.
+JUDGE_DEADLINE_MS = 2 * PATTERN_DEADLINE_MS
+# Patterns judged between two claims: bounds the fetcher's pause (each takes
+# at most the deadline) when a backlog names many new ones at once.
+MAX_JUDGED_PER_CLAIM = 4
+# Verdicts kept: both lists go with every claim. The least recently judged is
+# forgotten first, and judged again if a claim meets it again.
+MAX_VERDICTS = 1_000
+# A pattern over the deadline may only have met a busy server: judged again
+# after this long, where an invalid one is never.
+REJUDGE_TIMED_OUT_SECONDS = 300.0
+
+_TIMED_OUT = "57014"
+
+
+class PatternVerdicts:
+    """One worker's verdicts, for its ``instance_key`` (None matches no pattern)."""
+
+    def __init__(self, instance_key: str | None) -> None:
+        self.instance_key = instance_key
+        self._verdicts: OrderedDict[str, bool] = OrderedDict()
+        self._rejudge_at: dict[str, float] = {}
+        self._params: dict[str, list[str]] = {"matching_patterns": [], "refused_patterns": []}
+
+    def claim_params(self) -> dict[str, list[str]]:
+        """The claim's ``matching_patterns`` and ``refused_patterns``."""
+        if self._rejudge_at:
+            now = time.monotonic()
+            for pattern in [p for p, at in self._rejudge_at.items() if at <= now]:
+                self._forget(pattern)
+        return self._params
+
+    async def judge_unjudged(
+        self, conn: psycopg.AsyncConnection[Any], q: Queries, rows: Sequence[Any]
+    ) -> None:
+        """Judge the patterns of a claim's ``unjudged`` rows (a few per claim).
+
+        Never raises: it runs between the claim's commit and the start of the
+        jobs it claimed, which an error here would leave active with no runner
+        until their leases lapse. A pattern it could not judge (the connection
+        failed) stays unjudged; the next claim finds the connection broken."""
+        if not any(row.status == UNJUDGED for row in rows):
+            return  # the common claim: nothing to judge, nothing to rebuild
+        new = list(dict.fromkeys(row.data_json for row in rows if row.status == UNJUDGED))
+        for pattern in new[:MAX_JUDGED_PER_CLAIM]:
+            if pattern in self._verdicts:
+                continue
+            verdict = await self._judge(conn, q, pattern)
+            if verdict is None:
+                break
+            self._remember(pattern, verdict)
+        self._rebuild()
+
+    async def _judge(
+        self, conn: psycopg.AsyncConnection[Any], q: Queries, pattern: str
+    ) -> bool | None:
+        """Whether this worker's key matches ``pattern``; None if it could not tell."""
+        if self.instance_key is None:
+            return False  # what `NULL ~ pattern` would say, without compiling it
+        try:
+            async with conn.transaction():
+                await execute_async(conn, q(
+                    "pattern_check_deadline", milliseconds=str(JUDGE_DEADLINE_MS)))
+                (row,) = await execute_async(conn, q(
+                    "check_pattern", instance_key=self.instance_key, pattern=pattern))
+        except psycopg.Error as error:
+            state = sqlstate(error)
+            if state not in PATTERN_REFUSALS or conn.broken:
+                log.warning("could not judge preferred_instance_key_pattern %r (%s); "
+                            "it is judged at a later claim", pattern, error)
+                return None
+            if state == _TIMED_OUT:
+                self._rejudge_at[pattern] = time.monotonic() + REJUDGE_TIMED_OUT_SECONDS
+            # Once per pattern per worker (verdicts are kept), not once per claim.
+            log.warning("preferred_instance_key_pattern %r is never matched by this worker: "
+                        "PostgreSQL %s", pattern,
+                        f"took over {JUDGE_DEADLINE_MS} ms" if state == _TIMED_OUT else
+                        f"refuses it ({error})")
+            return False
+        return bool(row["matches"])
+
+    def _remember(self, pattern: str, matches: bool) -> None:
+        self._verdicts[pattern] = matches
+        while len(self._verdicts) > MAX_VERDICTS:
+            oldest = next(iter(self._verdicts))
+            self._forget(oldest)
+
+    def _forget(self, pattern: str) -> None:
+        self._verdicts.pop(pattern, None)
+        self._rejudge_at.pop(pattern, None)
+        self._rebuild()
+
+    def _rebuild(self) -> None:
+        self._params = {
+            "matching_patterns": [p for p, matches in self._verdicts.items() if matches],
+            "refused_patterns": [p for p, matches in self._verdicts.items() if not matches],
+        }
