@@ -8,9 +8,11 @@ connection or on a caller's transaction, sync or async.
 from __future__ import annotations
 
 import json
+import sys
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any
 
 from portqueue import validation
@@ -65,7 +67,19 @@ def _json(value: Any) -> Any:
     # The read queries select JSON columns as text (psycopg would decode jsonb,
     # Django's backend would not), so text is always undecoded JSON here and a
     # JSON string payload such as "[1]" is never taken for a list.
-    return json.loads(value) if isinstance(value, (str, bytes, bytearray)) else value
+    if isinstance(value, (str, bytes, bytearray)):
+        return json.loads(value, parse_int=_stored_integer)
+    return value
+
+
+def _stored_integer(text: str) -> int | Decimal:
+    # jsonb keeps integers of any length (written by SQL, or by a client with a
+    # raised limit), but int() refuses more digits than the interpreter's
+    # int/str limit: such a job would be unreadable. It reads as an exact Decimal.
+    limit = sys.get_int_max_str_digits()
+    if limit and len(text) - text.startswith("-") > limit:
+        return Decimal(text)
+    return int(text)
 
 
 def _utc(value: datetime) -> datetime:
