@@ -243,5 +243,17 @@ ALTER TABLE "portqueue".job
 
 UPDATE portqueue.alembic_version SET version_num='0006' WHERE portqueue.alembic_version.version_num = '0005';
 
+-- Running upgrade 0006 -> 0007
+
+-- The newest error's message: errors is a JSON array, newest last.
+ALTER TABLE "portqueue".job
+    ADD COLUMN error text GENERATED ALWAYS AS (errors -> -1 ->> 'message') STORED;
+
+-- Dead-letter copies by the job they came from, for the pruner.
+CREATE INDEX job_source_job_idx ON "portqueue".job (source_job_id)
+    WHERE source_job_id IS NOT NULL;
+
+UPDATE portqueue.alembic_version SET version_num='0007' WHERE portqueue.alembic_version.version_num = '0006';
+
 COMMIT;
 
