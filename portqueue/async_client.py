@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import aclosing
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -34,7 +35,6 @@ from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import AsyncTx
 from portqueue.types import (
-    FINISHED_STATUSES,
     AddJobResult,
     CancelResult,
     JobSnapshot,
@@ -546,7 +546,11 @@ class AsyncPortQueue:
         """The job's snapshot once it has finished (any final status).
 
         Listens for the job's finish notification rather than polling; raises the
-        builtin ``TimeoutError`` when ``timeout_seconds`` pass first."""
+        builtin ``TimeoutError`` when ``timeout_seconds`` pass first. A job
+        retried after that finish (``retry_job``) is waited for again, until it
+        finishes anew. ``JobDeletedError`` if the job was deleted before the read
+        that follows its finish (``remove_job``; retention keeps a waited-for job
+        a minute past its finish, docs/retention.md)."""
         checked = validation.job_id(job_id)
         deadline = time.monotonic() + validation.positive_seconds(
             "timeout_seconds", timeout_seconds)
@@ -559,7 +563,8 @@ class AsyncPortQueue:
         """Add a one-off job (``add_job``'s options) and return its handler's result.
 
         Raises ``JobFailedError`` (with ``.job``) if it ends failed, cancelled or
-        expired, and ``TimeoutError`` if it has not finished in time."""
+        expired, and ``TimeoutError`` if it has not finished in time;
+        ``JobDeletedError`` and retried jobs as for ``wait_for_job``."""
         deadline = time.monotonic() + validation.positive_seconds(
             "timeout_seconds", timeout_seconds)
         if validation.is_recurring(options.get("schedule")):
@@ -571,8 +576,8 @@ class AsyncPortQueue:
         async with await self._waiter_connection() as conn:
             # Subscribed before the insert: the finish cannot slip past us.
             added = await self.add_job(queue=queue, data=data, **options)
-            assert added.job_id is not None
-            snapshot = await self._wait_finished(conn, added.job_id, deadline)
+            job_id = operations.added_job_id(added)
+            snapshot = await self._wait_finished(conn, job_id, deadline)
         if snapshot.status is JobStatus.COMPLETED:
             return snapshot.output
         raise JobFailedError(snapshot)
@@ -585,20 +590,6 @@ class AsyncPortQueue:
             await conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
         return conn
 
-    async def _poll_finished(
-        self, conn: psycopg.AsyncConnection[Any], job_id: str, deadline: float
-    ) -> None:
-        # poll_only (PgBouncer in transaction mode) has no LISTEN: read the row.
-        q = self._settings.queries
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"job {job_id} did not finish in time")
-            await asyncio.sleep(min(POLL_ONLY_WAIT_SECONDS, remaining))
-            rows = await execute_async(conn, q("jobs_by_id", job_ids=[job_id]))
-            if rows and rows[0]["finished_at"] is not None:
-                return
-
     async def _wait_finished(
         self, conn: psycopg.AsyncConnection[Any], job_id: str, deadline: float
     ) -> JobSnapshot:
@@ -606,15 +597,39 @@ class AsyncPortQueue:
         watched = await execute_async(conn, q("watch_job", job_id=job_id))
         if not watched:
             raise InvalidArgument("job_id", f"no job {job_id}")
-        if not watched[0]["finished"]:
-            if self._settings.poll_only:
-                await self._poll_finished(conn, job_id, deadline)
-            else:
-                async for notify in conn.notifies(timeout=max(deadline - time.monotonic(), 0)):
-                    if notify.payload == job_id:
-                        break
-                else:
-                    raise TimeoutError(f"job {job_id} did not finish in time")
-        snapshot = await self.get_job(job_id=job_id)
-        assert snapshot is not None and snapshot.status in FINISHED_STATUSES
-        return snapshot
+        if watched[0]["finished"]:
+            snapshot = await self._finished_job(conn, job_id)
+            if snapshot is not None:
+                return snapshot
+        while True:
+            await self._finish_signalled(conn, job_id, deadline)
+            snapshot = await self._finished_job(conn, job_id)
+            if snapshot is not None:
+                return snapshot
+
+    async def _finish_signalled(
+        self, conn: psycopg.AsyncConnection[Any], job_id: str, deadline: float
+    ) -> None:
+        # Returns when the job may have finished: its notification came, or,
+        # poll_only (PgBouncer in transaction mode, no LISTEN), a poll interval
+        # passed. TimeoutError once the deadline has passed.
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"job {job_id} did not finish in time")
+        if self._settings.poll_only:
+            await asyncio.sleep(min(POLL_ONLY_WAIT_SECONDS, remaining))
+            return
+        # Closed before the read that follows: a suspended notifies() holds
+        # the connection's lock.
+        async with aclosing(conn.notifies(timeout=remaining)) as notifies:
+            async for notify in notifies:
+                if notify.payload == job_id:
+                    return
+        raise TimeoutError(f"job {job_id} did not finish in time")
+
+    async def _finished_job(
+        self, conn: psycopg.AsyncConnection[Any], job_id: str
+    ) -> JobSnapshot | None:
+        operation = operations.finished_job(self._settings.queries, job_id)
+        return await run_async(
+            operation, next(operation), lambda query: execute_async(conn, query))

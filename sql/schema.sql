@@ -245,9 +245,12 @@ UPDATE portqueue.alembic_version SET version_num='0006' WHERE portqueue.alembic_
 
 -- Running upgrade 0006 -> 0007
 
--- The newest error's message: errors is a JSON array, newest last.
-ALTER TABLE "portqueue".job
-    ADD COLUMN error text GENERATED ALWAYS AS (errors -> -1 ->> 'message') STORED;
+-- The newest error's message (errors is a JSON array, newest last), written
+-- by the statements that add an error.
+ALTER TABLE "portqueue".job ADD COLUMN error text;
+
+UPDATE "portqueue".job SET error = errors -> -1 ->> 'message'
+WHERE errors <> '[]'::jsonb;
 
 -- Dead-letter copies by the job they came from, for the pruner.
 CREATE INDEX job_source_job_idx ON "portqueue".job (source_job_id)

@@ -2,22 +2,21 @@
 
 ``error`` is the newest error's message as text, NULL when the job has none,
 so that ``SELECT id, error FROM portqueue.job WHERE status = 'failed'`` needs
-no JSON. It is a stored generated column rather than a value each failing
-statement writes: every way an error joins ``errors`` (a handler's failure,
-a lapsed lease, a dependency, a hand-written UPDATE) keeps it right, and no
-statement on the claim or completion path names it. Its expression never
-raises, whatever a hand-written ``errors`` holds (an object, a scalar, an
-entry without a message): it is NULL then.
-
-Adding a stored generated column rewrites the job table under an exclusive
-lock: adds, claims and completions wait for the rewrite (docs/schema.md,
-"Migration 0007", says how long it takes per million rows).
+no JSON. The two statements that add an entry to ``errors`` (a handler's
+failure, fail_jobs; a lapsed lease, rescue_lapsed) write it beside the entry.
+A stored generated column (``errors -> -1 ->> 'message'``) was measured and
+rejected (docs/performance.md, "The error column"): PostgreSQL computes it on
+every insert and every update of a job, claims and heartbeats included, and
+adding it rewrites the whole table under an exclusive lock. This column is
+added without a rewrite; the UPDATE below fills it for jobs that already
+have errors, and only those rows are written.
 
 ``job_source_job_idx`` lets the pruner see, for each job it is about to
 delete, whether a dead-letter copy still names it (``source_job_id``): such a
 source is kept for as long as the copy is, so its errors stay readable and
 ``retry_job(job_id=copy.source_job_id)`` keeps working. Partial: only copies
-have a source, so other jobs' inserts add no index entry.
+have a source, so other jobs' inserts add no index entry. Building it reads
+the table once while adds wait (docs/schema.md, "Migration 0007").
 
 Revision ID: 0007
 Revises: 0006
@@ -31,9 +30,12 @@ branch_labels = None
 depends_on = None
 
 UPGRADE = """
--- The newest error's message: errors is a JSON array, newest last.
-ALTER TABLE {schema}.job
-    ADD COLUMN error text GENERATED ALWAYS AS (errors -> -1 ->> 'message') STORED;
+-- The newest error's message (errors is a JSON array, newest last), written
+-- by the statements that add an error.
+ALTER TABLE {schema}.job ADD COLUMN error text;
+
+UPDATE {schema}.job SET error = errors -> -1 ->> 'message'
+WHERE errors <> '[]'::jsonb;
 
 -- Dead-letter copies by the job they came from, for the pruner.
 CREATE INDEX job_source_job_idx ON {schema}.job (source_job_id)

@@ -34,7 +34,8 @@ class Credentials:
     def session_value(self) -> str:
         """The session cookie's value: derived from the token, so the cookie
         never holds the token itself."""
-        assert self.token is not None
+        if self.token is None:
+            raise ValueError("no token: a session cookie is derived from the token")
         return hmac.new(self.token.encode(), b"portqueue-dashboard-session",
                         hashlib.sha256).hexdigest()
 
