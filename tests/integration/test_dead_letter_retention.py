@@ -5,7 +5,9 @@
   and the documented redrive, ``retry_job(job_id=copy.source_job_id)``, works.
 - A schedule's last job, once pruned, is not reported as ``last_job_id``:
   neither ``get_schedules``, ``portqueue schedules --json`` nor the
-  dashboard's schedules page names (or links to) a job that is gone."""
+  dashboard's schedules page names (or links to) a job that is gone.
+- A copy's page links to its source only while the source exists (a
+  ``remove_job`` can still delete it)."""
 
 from __future__ import annotations
 
@@ -142,3 +144,26 @@ def test_the_schedules_page_links_no_pruned_job(
     assert page.status_code == 200
     assert gone not in page.text and "/jobs/" + gone not in page.text
     assert "job no longer kept" in page.text
+
+
+async def job_page(dsn: str, schema: str, job_id: str) -> httpx.Response:
+    async with AsyncPortQueue(dsn, schema=schema) as apq:
+        transport = httpx.ASGITransport(app=create_app(apq))
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+            return await http.get(f"/jobs/{job_id}")
+
+
+def test_a_copys_page_links_its_source_only_while_it_exists(
+    pq: PortQueue, db: Db, pg_dsn: str, schema: str
+) -> None:
+    source = pq.add_job(queue="q", data={}).job_id
+    copy = pq.add_job(queue="q-dead", data={}).job_id
+    assert source and copy
+    update_job(db, schema, copy, f"source_job_id = '{source}'")
+    assert f'href="/jobs/{source}"' in asyncio.run(job_page(pg_dsn, schema, copy)).text
+
+    # retention keeps it, but a hand can remove it
+    assert pq.remove_job(job_id=source)
+    page = asyncio.run(job_page(pg_dsn, schema, copy))
+    assert page.status_code == 200
+    assert f"/jobs/{source}" not in page.text and source in page.text and "(removed)" in page.text
