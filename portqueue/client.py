@@ -29,7 +29,7 @@ from portqueue.metrics import hooks
 from portqueue.migrate import migrate
 from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
-from portqueue.tx import SyncTx
+from portqueue.tx import SyncTx, from_psycopg
 from portqueue.types import (
     AddJobResult,
     CancelResult,
@@ -551,7 +551,8 @@ class PortQueue:
         deadline = time.monotonic() + validation.positive_seconds(
             "timeout_seconds", timeout_seconds)
         with self._waiter_connection() as conn:
-            return self._wait_finished(conn, checked, deadline)
+            finished = self._watch(conn, checked)
+            return self._wait_finished(conn, checked, finished, deadline)
 
     def add_job_and_wait(
         self, *, queue: str, data: Any, timeout_seconds: float, **options: Any
@@ -570,10 +571,15 @@ class PortQueue:
             # wait would always time out.
             raise InvalidArgument("tx", "add_job_and_wait cannot join a caller's transaction")
         with self._waiter_connection() as conn:
-            # Subscribed before the insert: the finish cannot slip past us.
-            added = self.add_job(queue=queue, data=data, **options)
-            job_id = operations.added_job_id(added)
-            snapshot = self._wait_finished(conn, job_id, deadline)
+            # Subscribed before the insert, and the add and the watch commit
+            # together: the job is never there unwatched, so neither a fast
+            # finish nor the pruner (retention 0) can get to it first.
+            with conn.transaction():
+                added = self.add_job(
+                    queue=queue, data=data, tx=from_psycopg(conn), **options)
+                job_id = operations.added_job_id(added)
+                finished = self._watch(conn, job_id)
+            snapshot = self._wait_finished(conn, job_id, finished, deadline)
         if snapshot.status is JobStatus.COMPLETED:
             return snapshot.output
         raise JobFailedError(snapshot)
@@ -586,14 +592,18 @@ class PortQueue:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
         return conn
 
-    def _wait_finished(
-        self, conn: psycopg.Connection[Any], job_id: str, deadline: float
-    ) -> JobSnapshot:
+    def _watch(self, conn: psycopg.Connection[Any], job_id: str) -> bool:
+        # Asks for the job's finish notification; True if it has finished already.
         q = self._settings.queries
         watched = execute_sync(conn, q("watch_job", job_id=job_id))
         if not watched:
             raise InvalidArgument("job_id", f"no job {job_id}")
-        if watched[0]["finished"]:
+        return bool(watched[0]["finished"])
+
+    def _wait_finished(
+        self, conn: psycopg.Connection[Any], job_id: str, finished: bool, deadline: float
+    ) -> JobSnapshot:
+        if finished:
             snapshot = self._finished_job(conn, job_id)
             if snapshot is not None:
                 return snapshot

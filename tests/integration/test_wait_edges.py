@@ -6,7 +6,9 @@ moves on between its finish notification and the read that follows.
 - retried (finished, then put back to pending): the wait goes on and returns
   the snapshot of the next finish;
 - retention 0: the pruner keeps a job a waiter asked to be told of for a
-  grace after it finished, so the wait reads its result.
+  grace after it finished, so the wait reads its result; and
+  ``add_job_and_wait`` commits its job already watched, so no worker and no
+  pruner gets to it before the watch.
 
 Each race is made certain rather than hoped for: the test's own transaction
 finishes the job (which sends the notification at commit) and, in the same
@@ -27,7 +29,7 @@ from portqueue.maintenance.pruner import Pruner
 from tests.support.rows import update_job
 from tests.support.services import run_once
 from tests.support.waiting import wait_until
-from tests.support.workers import row_where
+from tests.support.workers import SyncHarness, row_where
 
 Db = psycopg.Connection[Any]
 
@@ -189,3 +191,47 @@ def test_the_pruner_keeps_a_waited_for_job_with_ttl_zero_for_its_grace(
     # past the grace (here: none at all), the ttl applies as to any job
     assert run_once(NoGracePruner, pg_dsn, schema)[1] == 1
     assert pq.get_job(job_id=waited) is None
+
+
+# --- add_job_and_wait: the job is never there unwatched ---
+
+# Fires when the inserting transaction commits, and records whether the job
+# is watched at that moment: if the add committed alone, a worker could finish
+# it and the pruner (retention 0) delete it before the waiter's watch, which
+# then found no job.
+WATCHED_AT_COMMIT = ("""
+CREATE TABLE {schema}.test_added (id uuid, watched boolean)""", """
+CREATE FUNCTION {schema}.test_record_added() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO {added} SELECT j.id, j.notify_finished FROM {job} AS j WHERE j.id = NEW.id;
+    RETURN NULL;
+END $$""", """
+CREATE CONSTRAINT TRIGGER test_record_added AFTER INSERT ON {job}
+    DEFERRABLE INITIALLY DEFERRED
+    FOR EACH ROW EXECUTE FUNCTION {schema}.test_record_added()""")
+
+
+def test_add_job_and_wait_commits_its_job_already_watched(
+    harness: SyncHarness, db: Db, schema: str
+) -> None:
+    names = {"schema": sql.Identifier(schema), "job": sql.Identifier(schema, "job"),
+             "added": sql.Identifier(schema, "test_added")}
+    for statement in WATCHED_AT_COMMIT:
+        db.execute(sql.SQL(statement).format(**names))
+    pq = harness.pq
+
+    @pq.handler("render")
+    def handler(job: Any) -> str:
+        return "rendered"
+
+    try:
+        harness.start()
+        output = pq.add_job_and_wait(queue="render", data={}, retention={"ttl_seconds": 0},
+                                     timeout_seconds=20)
+        rows = db.execute(sql.SQL("SELECT watched FROM {added}").format(**names)).fetchall()
+    finally:
+        db.execute(sql.SQL("DROP TRIGGER test_record_added ON {job}").format(**names))
+        db.execute(sql.SQL("DROP FUNCTION {schema}.test_record_added()").format(**names))
+        db.execute(sql.SQL("DROP TABLE {added}").format(**names))
+    assert output == "rendered"
+    assert rows == [(True,)], "the add committed before the job was watched"
