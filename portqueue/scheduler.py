@@ -31,7 +31,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from portqueue.driver import execute_async
-from portqueue.errors import InvalidArgument
 from portqueue.ids import uuid7
 from portqueue.maintenance.service import STATEMENT_TIMEOUT_MS, Service
 from portqueue.operations import next_run_at
@@ -56,8 +55,8 @@ def next_tick(
         if now < tick:
             return tick.astimezone(timezone.utc)
         return (tick + every * ((now - tick) // every + 1)).astimezone(timezone.utc)
-    if cron is None:  # the schedule_one_mode CHECK keeps such a row out
-        raise InvalidArgument("cron", "a schedule has a cron pattern or an interval")
+    if cron is None:
+        raise ValueError("a schedule has a cron pattern or an interval")
     # The same function computes a new schedule's first tick, so the two agree.
     return next_run_at(Schedule(cron=CronSpec(pattern=cron, tz=tz)), now)
 
