@@ -182,8 +182,9 @@ class Bench:
         for assignment in args.set or []:
             key, _, value = assignment.partition("=")
             system, _, option = key.partition(".")
-            self.settings[system][option] = json.loads(value) if value[:1].isdigit() or \
+            parsed = json.loads(value) if value[:1].isdigit() or \
                 value in ("true", "false") else value
+            self.settings.setdefault(system, {})[option] = parsed
 
     def drop_databases(self, chosen: list[str]) -> None:
         with psycopg.connect(self.base_dsn, autocommit=True) as conn:
@@ -501,7 +502,9 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def report(results: dict[str, dict[str, list[dict[str, Any]]]], chosen: list[str]) -> str:
-    all_systems = [s for s in [*systems.SYSTEMS, "listen_notify"]
+    variants = sorted({s for by_system in results.values() for s in by_system
+                       if systems.is_variant(s)})
+    all_systems = [s for s in [*systems.SYSTEMS, *variants, "listen_notify"]
                    if any(s in by_system for by_system in results.values())]
     out = ["Medians over runs (min-max):", ""]
     rows = []
@@ -582,7 +585,9 @@ def main() -> None:
     parser.add_argument("--scenarios", default=",".join(SCENARIOS),
                         help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument("--systems", default=",".join(systems.SYSTEMS),
-                        help=f"comma-separated subset of {','.join(systems.SYSTEMS)}")
+                        help=f"comma-separated subset of {','.join(systems.SYSTEMS)}; "
+                        "portqueue@REV: portqueue on a schema migrated only to revision "
+                        "REV (A/B of a migration)")
     parser.add_argument("--dsn", default=os.environ.get(
         "BENCH_DSN", "postgresql://postgres@127.0.0.1:5432/postgres"),
         help="a superuser connection; each system gets database bench_<system> beside it")
@@ -599,10 +604,14 @@ def main() -> None:
         if name not in SCENARIOS:
             parser.error(f"unknown scenario {name!r}")
     for name in chosen:
-        if name not in systems.SYSTEMS:
+        if name not in systems.SYSTEMS and not systems.is_variant(name):
             parser.error(f"unknown system {name!r}")
 
     bench = Bench(args)
+    for name in chosen:
+        if systems.is_variant(name):
+            # portqueue's settings, then the variant's own --set overrides
+            bench.settings[name] = {**bench.settings["portqueue"], **bench.settings.get(name, {})}
     meta = {"started": datetime.datetime.now().isoformat(timespec="seconds"),
             "quick": args.quick, "runs": runs, "sizes": bench.sizes,
             "settings": bench.settings, "versions": versions(args.dsn)}

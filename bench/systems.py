@@ -51,7 +51,15 @@ def worker_dsn(dsn: str, settings: dict[str, Any]) -> str:
 
 
 def database(system: str) -> str:
-    return "bench_rawsql" if system == "listen_notify" else f"bench_{system}"
+    if system == "listen_notify":
+        return "bench_rawsql"
+    return f"bench_{system.replace('@', '_')}"
+
+
+def is_variant(system: str) -> bool:
+    """``portqueue@REV``: portqueue's code on a schema migrated only to revision REV,
+    to A/B a migration in one run (README: "A/B of a migration")."""
+    return system.startswith("portqueue@") and len(system) > len("portqueue@")
 
 
 class Producer:
@@ -70,19 +78,16 @@ class Producer:
 
 class PortQueueSystem:
     name = "portqueue"
+    revision = "head"
     remaining_sql = ("SELECT count(*) FROM portqueue.job "
                      "WHERE id >= %s AND status IN ('pending', 'active')")
     first_id_sql = ("SELECT min(id::text) FROM portqueue.job "
                     "WHERE status = 'pending' AND start_after <= now()")
 
     def setup(self, dsn: str) -> None:
-        from portqueue import PortQueue
+        from portqueue.migrate import migrate
 
-        client = PortQueue(dsn)
-        try:
-            client.migrate()
-        finally:
-            client.close()
+        migrate(dsn, revision=self.revision)
 
     async def producer(self, dsn: str, settings: dict[str, Any]) -> Producer:
         if settings.get("client") == "sync":
@@ -475,6 +480,10 @@ class ListenNotifySystem:
 
 
 def get(system: str) -> Any:
+    if is_variant(system):
+        variant = PortQueueSystem()
+        variant.revision = system.partition("@")[2]
+        return variant
     return {
         "portqueue": PortQueueSystem,
         "procrastinate": ProcrastinateSystem,

@@ -5,6 +5,7 @@ from portqueue.client import PortQueue
 from portqueue.errors import (
     DatabaseUnavailable,
     InvalidArgument,
+    JobDeletedError,
     JobFailedError,
     PayloadTooLarge,
     PortQueueError,
@@ -43,6 +44,7 @@ __all__ = [
     "DatabaseUnavailable",
     "DeduplicationReason",
     "InvalidArgument",
+    "JobDeletedError",
     "JobFailedError",
     "JobSnapshot",
     "JobStatus",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import closing
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -28,9 +29,8 @@ from portqueue.metrics import hooks
 from portqueue.migrate import migrate
 from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
-from portqueue.tx import SyncTx
+from portqueue.tx import SyncTx, from_psycopg
 from portqueue.types import (
-    FINISHED_STATUSES,
     AddJobResult,
     CancelResult,
     JobSnapshot,
@@ -564,12 +564,17 @@ class PortQueue:
         """The job's snapshot once it has finished (any final status).
 
         Listens for the job's finish notification rather than polling; raises the
-        builtin ``TimeoutError`` when ``timeout_seconds`` pass first."""
+        builtin ``TimeoutError`` when ``timeout_seconds`` pass first. A job
+        retried after that finish (``retry_job``) is waited for again, until it
+        finishes anew. ``JobDeletedError`` if the job was deleted before the read
+        that follows its finish (``remove_job``; retention keeps a waited-for job
+        a minute past its finish, docs/retention.md)."""
         checked = validation.job_id(job_id)
         deadline = time.monotonic() + validation.positive_seconds(
             "timeout_seconds", timeout_seconds)
         with self._waiter_connection() as conn:
-            return self._wait_finished(conn, checked, deadline)
+            finished = self._watch(conn, checked)
+            return self._wait_finished(conn, checked, finished, deadline)
 
     def add_job_and_wait(
         self, *, queue: str, data: Any, timeout_seconds: float, **options: Any
@@ -577,7 +582,8 @@ class PortQueue:
         """Add a one-off job (``add_job``'s options) and return its handler's result.
 
         Raises ``JobFailedError`` (with ``.job``) if it ends failed, cancelled or
-        expired, and ``TimeoutError`` if it has not finished in time."""
+        expired, and ``TimeoutError`` if it has not finished in time;
+        ``JobDeletedError`` and retried jobs as for ``wait_for_job``."""
         deadline = time.monotonic() + validation.positive_seconds(
             "timeout_seconds", timeout_seconds)
         if validation.is_recurring(options.get("schedule")):
@@ -587,10 +593,15 @@ class PortQueue:
             # wait would always time out.
             raise InvalidArgument("tx", "add_job_and_wait cannot join a caller's transaction")
         with self._waiter_connection() as conn:
-            # Subscribed before the insert: the finish cannot slip past us.
-            added = self.add_job(queue=queue, data=data, **options)
-            assert added.job_id is not None
-            snapshot = self._wait_finished(conn, added.job_id, deadline)
+            # Subscribed before the insert, and the add and the watch commit
+            # together: the job is never there unwatched, so neither a fast
+            # finish nor the pruner (retention 0) can get to it first.
+            with conn.transaction():
+                added = self.add_job(
+                    queue=queue, data=data, tx=from_psycopg(conn), **options)
+                job_id = operations.added_job_id(added)
+                finished = self._watch(conn, job_id)
+            snapshot = self._wait_finished(conn, job_id, finished, deadline)
         if snapshot.status is JobStatus.COMPLETED:
             return snapshot.output
         raise JobFailedError(snapshot)
@@ -603,36 +614,50 @@ class PortQueue:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(channel))
         return conn
 
-    def _poll_finished(
-        self, conn: psycopg.Connection[Any], job_id: str, deadline: float
-    ) -> None:
-        # poll_only (PgBouncer in transaction mode) has no LISTEN: read the row.
-        q = self._settings.queries
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"job {job_id} did not finish in time")
-            time.sleep(min(POLL_ONLY_WAIT_SECONDS, remaining))
-            rows = execute_sync(conn, q("jobs_by_id", job_ids=[job_id]))
-            if rows and rows[0]["finished_at"] is not None:
-                return
-
-    def _wait_finished(
-        self, conn: psycopg.Connection[Any], job_id: str, deadline: float
-    ) -> JobSnapshot:
+    def _watch(self, conn: psycopg.Connection[Any], job_id: str) -> bool:
+        # Asks for the job's finish notification; True if it has finished already.
         q = self._settings.queries
         watched = execute_sync(conn, q("watch_job", job_id=job_id))
         if not watched:
             raise InvalidArgument("job_id", f"no job {job_id}")
-        if not watched[0]["finished"]:
-            if self._settings.poll_only:
-                self._poll_finished(conn, job_id, deadline)
-            else:
-                for notify in conn.notifies(timeout=max(deadline - time.monotonic(), 0)):
-                    if notify.payload == job_id:
-                        break
-                else:
-                    raise TimeoutError(f"job {job_id} did not finish in time")
-        snapshot = self.get_job(job_id=job_id)
-        assert snapshot is not None and snapshot.status in FINISHED_STATUSES
-        return snapshot
+        return bool(watched[0]["finished"])
+
+    def _wait_finished(
+        self, conn: psycopg.Connection[Any], job_id: str, finished: bool, deadline: float
+    ) -> JobSnapshot:
+        if finished:
+            snapshot = self._finished_job(conn, job_id)
+            if snapshot is not None:
+                return snapshot
+        while True:
+            self._finish_signalled(conn, job_id, deadline)
+            snapshot = self._finished_job(conn, job_id)
+            if snapshot is not None:
+                return snapshot
+
+    def _finish_signalled(
+        self, conn: psycopg.Connection[Any], job_id: str, deadline: float
+    ) -> None:
+        # Returns when the job may have finished: its notification came, or,
+        # poll_only (PgBouncer in transaction mode, no LISTEN), a poll interval
+        # passed. TimeoutError once the deadline has passed.
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError(f"job {job_id} did not finish in time")
+        if self._settings.poll_only:
+            time.sleep(min(POLL_ONLY_WAIT_SECONDS, remaining))
+            return
+        # Closed before the read that follows: a suspended notifies() holds
+        # the connection's lock.
+        with closing(conn.notifies(timeout=remaining)) as notifies:
+            for notify in notifies:
+                if notify.payload == job_id:
+                    return
+        raise TimeoutError(f"job {job_id} did not finish in time")
+
+    def _finished_job(
+        self, conn: psycopg.Connection[Any], job_id: str
+    ) -> JobSnapshot | None:
+        operation = operations.finished_job(self._settings.queries, job_id)
+        return run_sync(
+            operation, next(operation), lambda query: execute_sync(conn, query))

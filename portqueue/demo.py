@@ -50,6 +50,7 @@ from portqueue.client import PortQueue
 from portqueue.driver import execute_sync
 from portqueue.errors import PortQueueError
 from portqueue.migrate import migrate
+from portqueue.operations import added_job_id
 from portqueue.queries import queries_for
 from portqueue.types import CancelOutcome, JobSnapshot, JobStatus
 from portqueue.worker.job import AsyncJob, Job
@@ -268,7 +269,8 @@ class Demo:
     def _trickle(self, pq: PortQueue, progress: Progress, bar: TaskID, long_bar: TaskID) -> None:
         plan = self.plan
         progress.update(bar, description="jobs added one by one")
-        self.long_id = pq.add_job(queue=LONG_QUEUE, data={"kind": "long"}).job_id
+        long_id = added_job_id(pq.add_job(queue=LONG_QUEUE, data={"kind": "long"}))
+        self.long_id = long_id
         progress.update(long_bar, visible=True)
         self.delayed_id = pq.add_job(queue=WORK_QUEUE, data={"kind": "delayed", "n": -1},
                                      schedule={"start_after_seconds": DELAY_SECONDS}).job_id
@@ -281,20 +283,19 @@ class Demo:
             time.sleep(TRICKLE_PAUSE)
             if n % 10 == 0:
                 self._refresh(pq, progress, bar, long_bar)
-        self._cancel_long_job(pq, progress, bar, long_bar)
+        self._cancel_long_job(pq, long_id, progress, bar, long_bar)
 
-    def _cancel_long_job(self, pq: PortQueue, progress: Progress, bar: TaskID,
+    def _cancel_long_job(self, pq: PortQueue, long_id: str, progress: Progress, bar: TaskID,
                          long_bar: TaskID) -> None:
-        assert self.long_id is not None
         deadline = time.monotonic() + 10
         # Cancel it while it runs: wait for its claim (it is claimed at once).
         while time.monotonic() < deadline:
-            job = pq.get_job(job_id=self.long_id)
+            job = pq.get_job(job_id=long_id)
             if job is None or job.status is not JobStatus.PENDING:
                 break
             self._refresh(pq, progress, bar, long_bar)
             time.sleep(0.05)
-        self.cancel_outcome = pq.cancel_job(job_id=self.long_id).outcome
+        self.cancel_outcome = pq.cancel_job(job_id=long_id).outcome
         self.console.print(f"cancel_job on the running long job: {self.cancel_outcome.name}")
 
     def _finished(self, pq: PortQueue) -> int:

@@ -64,6 +64,17 @@ class JobFailedError(PortQueueError):
         self.job = job
 
 
+class JobDeletedError(PortQueueError):
+    """A waited-for job finished, then its row was deleted before the wait could
+    read it: removed (``remove_job``), or pruned by retention while the wait
+    was stalled for longer than the pruner keeps a waited-for job
+    (docs/retention.md). Its result is gone; ``job_id`` names it."""
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} finished and was deleted before the wait read it")
+        self.job_id = job_id
+
+
 class DatabaseUnavailable(PortQueueError):
     """PostgreSQL could not take the request right now: the connection failed or
     broke, the server is starting or shutting down, has no free connection, or

@@ -18,7 +18,13 @@ from typing import Any
 from portqueue import validation
 from portqueue.cron import next_match
 from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
-from portqueue.errors import InvalidArgument, PortQueueError, QueueNotEmpty, QueuePausedError
+from portqueue.errors import (
+    InvalidArgument,
+    JobDeletedError,
+    PortQueueError,
+    QueueNotEmpty,
+    QueuePausedError,
+)
 from portqueue.ids import uuid7, uuid7s
 from portqueue.queries import Batch, Queries, Query
 from portqueue.settings import Settings
@@ -106,6 +112,11 @@ def retry_policy_of(row: dict[str, Any]) -> RetryPolicy | None:
     """A row's retry columns (job or queue) as a RetryPolicy; None when unset."""
     if row["max_attempts"] is None:
         return None
+    return _retry_policy(row)
+
+
+def _retry_policy(row: dict[str, Any]) -> RetryPolicy:
+    # A job row's max_attempts is NOT NULL: its policy is always set.
     return RetryPolicy(
         max_attempts=row["max_attempts"],
         delay_seconds=row["retry_delay_seconds"] or 0,
@@ -119,8 +130,7 @@ def retry_policy_of(row: dict[str, Any]) -> RetryPolicy | None:
 
 
 def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
-    retry = retry_policy_of(row)
-    assert retry is not None
+    retry = _retry_policy(row)
     return JobSnapshot(
         job_id=_id(row["id"]),
         queue=row["queue"],
@@ -187,6 +197,13 @@ def schedule_info(row: dict[str, Any]) -> ScheduleInfo:
         created_at=_utc(row["created_at"]),
         misfire_grace_seconds=row["misfire_grace_seconds"],
     )
+
+
+def added_job_id(result: AddJobResult) -> str:
+    """The job a one-off add created or found (a recurring add has none)."""
+    if result.job_id is None:
+        raise PortQueueError(f"the add named no job (a recurring add?): {result!r}")
+    return result.job_id
 
 
 def _added(job_id: Any, queue: str, row: dict[str, Any]) -> AddJobResult:
@@ -478,7 +495,8 @@ def next_run_at(schedule: Schedule, now: datetime) -> datetime:
     """The first tick strictly after ``now`` (the database clock)."""
     if schedule.start_every_seconds is not None:
         return _utc(now + timedelta(seconds=schedule.start_every_seconds))
-    assert isinstance(schedule.cron, CronSpec)
+    if not isinstance(schedule.cron, CronSpec):
+        raise InvalidArgument("schedule", "needs start_every_seconds or a cron pattern")
     tick = next_match(schedule.cron.pattern, schedule.cron.tz, now)
     if tick is None:
         # The validator asked the host's clock; a year field's last tick can
@@ -644,6 +662,18 @@ def resume_queue(q: Queries, queue: str) -> Operation[QueueInfo]:
 def get_job(q: Queries, job_id: str) -> Operation[JobSnapshot | None]:
     rows = yield q("jobs_by_id", job_ids=[job_id])
     return job_snapshot(rows[0]) if rows else None
+
+
+def finished_job(q: Queries, job_id: str) -> Operation[JobSnapshot | None]:
+    """A waited-for job's snapshot if it is finished, None while it is not.
+
+    Read when its finish was signalled (or at a poll), which the row may have
+    moved on from: retried since (None, and the wait goes on for the next
+    finish), or deleted since (``JobDeletedError``: nothing is left to read)."""
+    snapshot = yield from get_job(q, job_id)
+    if snapshot is None:
+        raise JobDeletedError(job_id)
+    return snapshot if snapshot.status.finished else None
 
 
 def get_jobs(
@@ -832,10 +862,9 @@ def remove_many(
         if statuses is not None:
             raise InvalidArgument("statuses", "goes with queue, not with job_ids")
         return (yield from remove_jobs_by_id(settings.queries, validation.job_ids(job_ids)))
-    if statuses is None:
-        raise InvalidArgument("statuses", "is required with queue")
     checked = validation.statuses(statuses, allow_active=False)
-    assert checked is not None
+    if checked is None:
+        raise InvalidArgument("statuses", "is required with queue")
     return (
         yield from remove_jobs_by_status(settings.queries, validation.queue_name(queue), checked)
     )

@@ -11,7 +11,7 @@ on commit only and never on rollback.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, overload
 
 import psycopg
 from psycopg import pq
@@ -53,6 +53,14 @@ def _require_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection
             "tx", "the psycopg connection is in autocommit mode outside a transaction; "
             "use `with conn.transaction():` or a non-autocommit connection"
         )
+
+
+@overload
+def from_psycopg(conn: psycopg.AsyncConnection[Any]) -> AsyncTx: ...
+
+
+@overload
+def from_psycopg(conn: psycopg.Connection[Any]) -> SyncTx: ...
 
 
 def from_psycopg(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> SyncTx | AsyncTx:

@@ -462,7 +462,8 @@ def _as_dataclass(argument: str, value: object, cls: type[E]) -> E:
         return value
     if not isinstance(value, Mapping):
         raise InvalidArgument(argument, f"must be a {cls.__name__} or a dict")
-    assert is_dataclass(cls)
+    if not is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
     known = {f.name for f in fields(cls)}
     for key in value:
         if key not in known:

@@ -33,6 +33,7 @@ rescued AS (
             'message', 'the worker running this attempt stopped renewing its lease',
             'traceback', NULL,
             'at', now())),
+        error = 'the worker running this attempt stopped renewing its lease',
         lease_expires_at = NULL,
         worker_id = NULL
     FROM lapsed
@@ -157,6 +158,13 @@ WHERE EXISTS (SELECT FROM {schema}.job AS j
 --     if finished_at is still the value they were chosen by: the lock
 --     re-checks that on the current row, so a job retried (finished_at NULL)
 --     or retried and finished again since is not deleted;
+--   * kept whatever the rules say: the source of a dead-letter copy, for as
+--     long as the copy exists (its errors are the failure's history, and
+--     retry_job(job_id=copy.source_job_id) is the documented redrive; found
+--     by job_source_job_idx), and a job a waiter asked to be told of
+--     (notify_finished), for %(waited_grace_seconds)s after it finished, so
+--     that wait_for_job / add_job_and_wait read its result instead of
+--     finding it gone when its retention is 0;
 --   * the result: how many were deleted, how many candidates there were (a
 --     short batch ends the item) and the last candidate, where the next
 --     batch starts.
@@ -177,6 +185,10 @@ doomed AS (
     FROM candidates AS c
     JOIN {schema}.job AS j ON j.id = c.id
     WHERE j.finished_at = c.finished_at
+      AND NOT EXISTS (SELECT FROM {schema}.job AS dead_letter_copy
+                      WHERE dead_letter_copy.source_job_id = j.id)
+      AND NOT (j.notify_finished
+               AND j.finished_at > now() - make_interval(secs => %(waited_grace_seconds)s))
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
 ),

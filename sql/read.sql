@@ -70,8 +70,14 @@ WHERE q.name = %(queue)s;
 SELECT count(*) AS total FROM {schema}.queue;
 
 -- name: schedule_page
+-- last_job_id is not a foreign key: retention prunes spawned jobs and
+-- remove_job deletes them, and the schedule row is not written then. It is
+-- reported only while that job still exists, so nothing links to a job that
+-- is gone (a primary-key look-up per schedule on the page).
 SELECT s.id, s.queue, s.cron, s.tz, s.every_seconds, s.next_run_at, s.last_run_at,
-       s.last_job_id, s.enabled, s.data::text AS data, s.idempotency_key, s.created_at,
+       CASE WHEN EXISTS (SELECT FROM {schema}.job AS j WHERE j.id = s.last_job_id)
+            THEN s.last_job_id END AS last_job_id,
+       s.enabled, s.data::text AS data, s.idempotency_key, s.created_at,
        s.misfire_grace_seconds
 FROM {schema}.schedule AS s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)

@@ -243,5 +243,20 @@ ALTER TABLE "portqueue".job
 
 UPDATE portqueue.alembic_version SET version_num='0006' WHERE portqueue.alembic_version.version_num = '0005';
 
+-- Running upgrade 0006 -> 0007
+
+-- The newest error's message (errors is a JSON array, newest last), written
+-- by the statements that add an error.
+ALTER TABLE "portqueue".job ADD COLUMN error text;
+
+UPDATE "portqueue".job SET error = errors -> -1 ->> 'message'
+WHERE errors <> '[]'::jsonb;
+
+-- Dead-letter copies by the job they came from, for the pruner.
+CREATE INDEX job_source_job_idx ON "portqueue".job (source_job_id)
+    WHERE source_job_id IS NOT NULL;
+
+UPDATE portqueue.alembic_version SET version_num='0007' WHERE portqueue.alembic_version.version_num = '0006';
+
 COMMIT;
 

@@ -165,7 +165,8 @@ SELECT coalesce(array_agg(id::text), '{{}}') AS ids FROM completed;
 
 -- name: fail_jobs
 -- Fenced, batched failures. The worker decides retry and delay (the job's
--- policy, dont_autoretry_for); the error joins the row's history. A job that
+-- policy, dont_autoretry_for); the error joins the row's history, and its
+-- message is the row's error (the newest one, for SQL readers). A job that
 -- ends failed is copied to its queue's dead-letter queue, if one is set,
 -- with source_job_id naming it, so it can be redriven.
 WITH failure AS (
@@ -182,6 +183,7 @@ updated AS (
                            ELSE j.start_after END,
         finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
         errors = j.errors || jsonb_build_array(f.error || jsonb_build_object('at', now())),
+        error = f.error ->> 'message',
         lease_expires_at = NULL,
         progress = coalesce(f.progress, j.progress),
         attrs = CASE WHEN f.attrs IS NULL THEN j.attrs ELSE j.attrs || f.attrs END

@@ -40,6 +40,7 @@ REPLACEMENTS = [
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
     (r"\baclose\b", "close"),
+    (r"\baclosing\b", "closing"),
     (r"safe to share between tasks of one loop", "safe to share between threads"),
     (r"from asyncio code", "from ordinary (threaded) code"),
     (r"``async with``", "``with``"),

@@ -54,9 +54,7 @@ class Session:
     def transaction(self) -> Iterator[SyncTx]:
         """One transaction for several client calls: pass the yielded ``tx`` to each."""
         with self.conn.transaction():
-            tx = from_psycopg(self.conn)
-            assert isinstance(tx, SyncTx)
-            yield tx
+            yield from_psycopg(self.conn)
 
     def run(self, method: Callable[..., T], **arguments: Any) -> T:
         """``method(**arguments)`` (a ``self.pq`` method) in a transaction of its own."""

@@ -23,6 +23,7 @@ from portqueue.dashboard.csrf import CSRF_FIELD, csrf_ok
 from portqueue.dashboard.render import link, render
 from portqueue.dashboard.views import client_of
 from portqueue.errors import InvalidArgument, QueueNotEmpty, QueuePausedError
+from portqueue.operations import added_job_id
 from portqueue.types import CancelOutcome
 
 # Above the client's default 1 MiB payload limit, with room for form encoding.
@@ -137,8 +138,7 @@ async def add(request: Request, form: FormData) -> Response:
         status = 409 if isinstance(exc, QueuePausedError) else 400
         context: dict[str, Any] = {"form": fields, "error": str(exc)}
         return render(request, "add.html", context, status_code=status)
-    assert added.job_id is not None
-    return _job_page(request, added.job_id, "added")
+    return _job_page(request, added_job_id(added), "added")
 
 
 @action

@@ -35,7 +35,8 @@ async def stylesheet(request: Request) -> Response:
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPException)
+    if not isinstance(exc, HTTPException):  # registered for HTTPException only
+        raise exc
     context = {"status_code": exc.status_code, "message": exc.detail}
     response = render(request, "error.html", context, status_code=exc.status_code)
     if exc.headers:

@@ -38,11 +38,10 @@ class CsrfMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        nonce = cookies(scope).get(CSRF_COOKIE)
-        sent = nonce is not None and 20 <= len(nonce) <= 100 and nonce.isascii()
+        nonce = cookies(scope).get(CSRF_COOKIE) or ""
+        sent = 20 <= len(nonce) <= 100 and nonce.isascii()
         if not sent:
             nonce = secrets.token_urlsafe(32)
-        assert nonce is not None
         state: dict[str, Any] = scope.setdefault("state", {})
         state["csrf_token"] = self.form_token(nonce)
         state["csrf_cookie_sent"] = sent

@@ -118,8 +118,12 @@ async def job(request: Request) -> Response:
         snapshot = None  # not a job id: no such job
     if snapshot is None:
         raise HTTPException(404, "No such job: it never existed or has been removed.")
+    # Retention keeps a dead-letter copy's source, but remove_job can delete it:
+    # link to it only while it is there.
+    source_kept = snapshot.source_job_id is not None and (
+        await client.get_job(job_id=snapshot.source_job_id)) is not None
     return render(request, "job.html", {
-        "job": snapshot, "timeline": timeline(snapshot),
+        "job": snapshot, "timeline": timeline(snapshot), "source_kept": source_kept,
         "can_retry": snapshot.status in RETRYABLE,
         "can_cancel": snapshot.status in CANCELLABLE and not snapshot.cancel_requested,
         "can_remove": snapshot.status is not JobStatus.ACTIVE,

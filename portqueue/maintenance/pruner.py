@@ -9,7 +9,11 @@ Retention of a finished job (completed, failed, cancelled, expired):
   on the first pass after it finished;
 - by count: a queue's ``retention_keep_completed`` / ``retention_keep_failed``
   keep only its newest N completed / failed jobs (by ``finished_at``).
-Whichever rule comes first deletes the job. A pass lists the rules and
+Whichever rule comes first deletes the job, except that two kinds of job are
+kept past it (docs/retention.md): the source of a dead-letter copy, while
+the copy exists, and a job someone waits for (``wait_for_job``,
+``add_job_and_wait``), for ``waited_grace_seconds`` after it finished. A
+pass lists the rules and
 ranges that have work (``prune_work``), then deletes each range's jobs in
 batches, each batch one short transaction starting where the last ended, so
 a long prune never holds locks that claims or adds wait on, and never reads
@@ -34,6 +38,9 @@ class Pruner(Service):
     interval_seconds = 30.0
     default_batch_size = 1000
     done = "pruned %d finished job(s)"
+    # A waiter reads its job moments after the finish notification; this is
+    # the slack before a job with retention 0 may go from under a stalled one.
+    waited_grace_seconds = 60.0
     batches = 0  # in the last pass, for logs and tests
 
     async def run_once(self) -> int:
@@ -69,10 +76,12 @@ class Pruner(Service):
 
     def _batch(self, item: dict[str, Any], after: dict[str, Any]) -> Query:
         """The statement deleting the next batch of one work item of prune_work."""
+        shared = {"limit": self.batch_size, "waited_grace_seconds": self.waited_grace_seconds,
+                  **after}
         if item["rule"] == "own_ttl":
-            return self.q("prune_by_own_ttl", ttl=item["ttl"], limit=self.batch_size, **after)
+            return self.q("prune_by_own_ttl", ttl=item["ttl"], **shared)
         if item["rule"] == "queue_ttl":
             return self.q("prune_by_queue_ttl", queue=item["queue"], status=item["status"],
-                          ttl=item["ttl"], limit=self.batch_size, **after)
+                          ttl=item["ttl"], **shared)
         return self.q("prune_by_count", queue=item["queue"], status=item["status"],
-                      keep=item["keep"], limit=self.batch_size, **after)
+                      keep=item["keep"], **shared)

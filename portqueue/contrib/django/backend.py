@@ -48,6 +48,7 @@ from portqueue.contrib.django.results import (
     task_result,
 )
 from portqueue.errors import InvalidArgument
+from portqueue.operations import added_job_id
 from portqueue.tx import from_django
 from portqueue.types import AddJobResult, Schedule
 
@@ -120,9 +121,8 @@ class PortQueueBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         # Django's own normalisation: its TypeError/ValueError for values JSON cannot hold.
         args, kwargs = normalize_json(args), normalize_json(kwargs)
         added = self._add(task, job_data(task, args, kwargs, self.alias))
-        assert added.job_id is not None  # a one-off add always returns its job
         result = TaskResult(
-            task=task, id=added.job_id, status=TaskResultStatus.READY,
+            task=task, id=added_job_id(added), status=TaskResultStatus.READY,
             enqueued_at=local_time(datetime.now(dt_timezone.utc)), started_at=None,
             finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias,
             errors=[], worker_ids=[],
