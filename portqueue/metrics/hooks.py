@@ -2,11 +2,11 @@
 
 Three calls, each a no-op unless something listens:
 
-- ``adding(queue)`` wraps every ``add_job`` / ``add_jobs``: it opens the
+- ``adding(queue, dsn, batch=…)`` wraps every ``add_job`` / ``add_jobs``: it opens the
   add span (when opentelemetry is installed), hands out the ``attrs`` that
   carry its trace context to the job rows, and reports the jobs added to
   the observers (``portqueue.metrics`` counts them);
-- ``running(claimed)`` wraps every handler call in the run span;
+- ``running(claimed, traced, dsn)`` wraps every handler call in the run span;
 - ``jobs_rescued(queues)`` reports leases the rescuer took back.
 
 Worker events (``pq.on``) carry everything else the metrics count. This

@@ -4,6 +4,8 @@ Counters and histograms are fed by the worker's events (``pq.on``) and by
 ``hooks`` (jobs added, leases rescued); the per-queue gauges are read from the
 database at scrape time through the public read API, cached briefly so that
 several scrapers (or a dashboard refreshing) cost one read per interval.
+The counters and histograms are served without ``_created`` samples
+(``WithoutCreated``), leaving prometheus_client's global setting alone.
 """
 
 from __future__ import annotations

@@ -19,6 +19,8 @@ from prometheus_client import CollectorRegistry
 
 from portqueue import PortQueue
 from portqueue.metrics import instrument
+from portqueue.metrics.prometheus import start_latency
+from tests.metrics.test_prometheus import snapshot
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.rows import job_row
 from tests.support.waiting import wait_until
@@ -96,3 +98,19 @@ def test_a_rescued_attempt_waits_from_its_rescue_not_from_its_add(
     # The scenario tells the two apart: from the add, the first run and the
     # lapsed lease would be counted too.
     assert seconds(row["started_at"], row["created_at"]) > latency + LEASE_SECONDS / 2
+
+
+def test_an_error_recorded_after_the_start_is_the_attempts_own() -> None:
+    """The snapshot is read after the claim: a fast attempt may have failed by
+    then, and its own error must not move its start."""
+    rescued = "2026-01-01T00:01:00.5+00:00"
+    own = "2026-01-01T00:01:02+00:00"
+    after_rescue = snapshot(started_at=60.75, attempt=2,
+                            errors=[{"attempt": 1, "type": "LeaseExpired", "at": rescued}])
+    assert start_latency(after_rescue) == pytest.approx(0.25)
+    failed_fast = snapshot(started_at=60.75, attempt=2, errors=[
+        {"attempt": 1, "type": "LeaseExpired", "at": rescued}, {"attempt": 2, "at": own}])
+    assert start_latency(failed_fast) == pytest.approx(0.25)
+    # A job re-armed by retry_job: start_after (the re-arm) is later than its errors.
+    rearmed = snapshot(start_after=120.0, started_at=120.5, errors=[{"attempt": 3, "at": own}])
+    assert start_latency(rearmed) == pytest.approx(0.5)
