@@ -52,7 +52,7 @@ def killed_mid_run(pg_dsn: str, schema: str, db: Db, job_id: str, log: Path) -> 
                                   PYTHONPATH=str(ROOT)),
             stdout=output, stderr=subprocess.STDOUT)
         try:
-            wait_until(lambda: row_where(db, schema, job_id, "status = 'active'"), timeout=30,
+            wait_until(lambda: row_where(db, schema, job_id, "status = 'active'"), timeout=60,
                        what=f"the worker process to claim the job ({log})")
         finally:
             worker.send_signal(signal.SIGKILL)
@@ -79,7 +79,7 @@ def test_a_rescued_attempt_waits_from_its_rescue_not_from_its_add(
 
     # This process's rescuer takes the lapsed lease back, its worker runs it.
     harness.start(maintenance=True)
-    row = wait_until(lambda: finished_row(db, schema, job_id), timeout=30,
+    row = wait_until(lambda: finished_row(db, schema, job_id), timeout=60,
                      what="the rescued job to finish")
     assert row["status"] == "completed" and row["attempt"] == 2
     (rescue,) = row["errors"]

@@ -95,6 +95,7 @@ def test_a_raising_handler_marks_its_run_span_as_an_error(
     for run in runs:
         assert run.parent.span_id == add.context.span_id
         assert run.status.status_code is StatusCode.ERROR
+        assert run.attributes["error.type"] == "RuntimeError"
         (event,) = run.events
         assert event.name == "exception"
         assert event.attributes["exception.type"] == "RuntimeError"
