@@ -18,7 +18,7 @@ from psycopg.conninfo import conninfo_to_dict
 from portqueue import AsyncPortQueue, PauseMode, PortQueue, QueuePausedError
 from portqueue.metrics import tracing
 from tests.support.waiting import wait_until, wait_until_async
-from tests.support.workers import AsyncHarness, SyncHarness, finished_row
+from tests.support.workers import AsyncHarness, SyncHarness, finished_row, wait_gate
 
 Db = psycopg.Connection[Any]
 BATCH = "messaging.batch.message_count"
@@ -179,3 +179,22 @@ def test_a_dsn_without_a_host_takes_pghost_and_pgport(monkeypatch: pytest.Monkey
     tracing.server_attributes.cache_clear()
     assert tracing.server_attributes("dbname=app") == {}  # the socket libpq defaults to
     tracing.server_attributes.cache_clear()
+
+
+async def test_an_async_handler_cancelled_at_its_timeout_ends_a_failed_span(
+    aharness: AsyncHarness, spans: Any, db: Db, schema: str
+) -> None:
+    apq = aharness.apq
+    gate = aharness.gate()
+
+    @apq.handler("slow-mail", timeout_seconds=1)
+    async def handler(job: Any) -> None:
+        await wait_gate(gate)  # never opened before the timeout
+
+    await aharness.start()
+    job_id = (await apq.add_job(queue="slow-mail", data={})).job_id
+    await wait_until_async(lambda: finished_row(db, schema, job_id), what="the job to time out")
+    await wait_until_async(lambda: finished(spans, "process slow-mail"), what="its span")
+    (run,) = finished(spans, "process slow-mail")
+    assert run.attributes["error.type"] == "asyncio.exceptions.CancelledError"
+    assert run.status.status_code is StatusCode.ERROR
