@@ -272,7 +272,7 @@ class PortQueue:
             "idempotency_key": idempotency_key, "singleton_key": singleton_key,
             "group_id": group_id,
         }
-        with hooks.adding(queue) as scope:  # the add span and counter, when observed
+        with hooks.adding(queue, self._settings.dsn) as scope:  # the add span and counter
             result = self._run(
                 operations.add_job(self._settings, options, scope.attrs,
                                    self._registry.add_defaults), tx,
@@ -293,7 +293,7 @@ class PortQueue:
         entries are rejected, and so are entries naming different ``tx``.
         """
         chosen_tx = batch_tx(tx, jobs)
-        with hooks.adding(queue) as scope:
+        with hooks.adding(queue, self._settings.dsn, batch=True) as scope:
             operation = operations.add_job_batch(
                 self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None,
                 declared=self._registry.add_defaults)

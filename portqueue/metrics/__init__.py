@@ -1,9 +1,11 @@
 """Prometheus metrics and OpenTelemetry tracing (the ``metrics`` extra).
 
 Tracing needs no call: with ``opentelemetry-api`` installed and a
-``TracerProvider`` configured, every add opens a ``PRODUCER`` span and every
-handler runs in a ``CONSUMER`` span whose parent is the add's (see
-``portqueue.metrics.tracing``). Without opentelemetry it costs nothing.
+``TracerProvider`` configured, every add opens a ``PRODUCER`` span
+(``send <queue>``) and every handler runs in a ``CONSUMER`` span
+(``process <queue>``) whose parent is the add's, as OpenTelemetry's messaging
+conventions name them (see ``portqueue.metrics.tracing``). Without
+opentelemetry it costs nothing.
 
 Prometheus metrics are attached to a client with :func:`instrument` and
 served with :func:`serve`; ``portqueue worker … --metrics-port 9100`` does
@@ -57,7 +59,10 @@ def instrument(
     ``portqueue_jobs_{added,started,completed,failed,retried,cancelled,rescued}_total{queue}``,
     ``portqueue_job_run_seconds{queue}``, ``portqueue_job_start_latency_seconds{queue}``,
     ``portqueue_queue_jobs{queue,status}``, ``portqueue_queue_oldest_pending_seconds{queue}``
-    and ``portqueue_queue_paused{queue}``.
+    and ``portqueue_queue_paused{queue}``. Counters and histograms carry no
+    ``_created`` series; prometheus_client's global setting for it is left
+    alone, for your own metrics. A name already taken in ``registry`` raises
+    ``ValueError`` and registers none of them.
 
     Note:
       Counters count what *this process* did (adds through any client of the

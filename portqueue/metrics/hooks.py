@@ -2,11 +2,11 @@
 
 Three calls, each a no-op unless something listens:
 
-- ``adding(queue)`` wraps every ``add_job`` / ``add_jobs``: it opens the
+- ``adding(queue, dsn, batch=…)`` wraps every ``add_job`` / ``add_jobs``: it opens the
   add span (when opentelemetry is installed), hands out the ``attrs`` that
   carry its trace context to the job rows, and reports the jobs added to
   the observers (``portqueue.metrics`` counts them);
-- ``running(claimed)`` wraps every handler call in the run span;
+- ``running(claimed, traced, dsn)`` wraps every handler call in the run span;
 - ``jobs_rescued(queues)`` reports leases the rescuer took back.
 
 Worker events (``pq.on``) carry everything else the metrics count. This
@@ -66,10 +66,12 @@ class AddScope:
     its rows (the trace context, or ``None``), and ``added(results)`` to call
     with what it returned."""
 
-    __slots__ = ("_opening", "_span", "attrs")
+    __slots__ = ("_batch", "_opening", "_span", "attrs")
 
-    def __init__(self, queue: object, traced: bool) -> None:
-        self._opening = tracing.add_span(queue) if traced else None
+    def __init__(self, queue: object, traced: bool, dsn: str | None = None,
+                 batch: bool = False) -> None:
+        self._opening = tracing.add_span(queue, dsn) if traced else None
+        self._batch = batch
         self._span: Any = None
         self.attrs: dict[str, str] | None = None
 
@@ -84,22 +86,24 @@ class AddScope:
         return None
 
     def added(self, results: Sequence[AddJobResult]) -> None:
-        new = [r for r in results if r.job_id is not None and not r.deduplicated]
         if self._span is not None:
-            tracing.record_added(self._span, [str(r.job_id) for r in new],
-                                 sum(r.deduplicated for r in results))
-        if new and _added:
-            _notify(_added, Counter(r.queue for r in new))
+            tracing.record_added(self._span, results, self._batch)
+        if _added:
+            new = Counter(r.queue for r in results if r.job_id is not None and not r.deduplicated)
+            if new:
+                _notify(_added, new)
 
 
 # Holds no state of its own: one serves every untraced add, in any thread.
 _UNTRACED_ADD = AddScope(None, traced=False)
 
 
-def adding(queue: object) -> AddScope:
-    """The scope of one ``add_job`` / ``add_jobs`` call (``with hooks.adding(q) as scope``)."""
+def adding(queue: object, dsn: str | None = None, *, batch: bool = False) -> AddScope:
+    """The scope of one ``add_job`` (``batch=False``) or ``add_jobs``
+    (``batch=True``) call: ``with hooks.adding(q, settings.dsn) as scope``.
+    ``dsn`` names the server on the span (``server.address``/``server.port``)."""
     if tracing.TRACING and tracing.recording():
-        return AddScope(queue, traced=True)
+        return AddScope(queue, traced=True, dsn=dsn, batch=batch)
     return _UNTRACED_ADD
 
 
@@ -121,11 +125,14 @@ def tracing_on() -> bool:
     return tracing.TRACING and tracing.recording()
 
 
-def running(claimed: ClaimedJob, traced: bool) -> contextlib.AbstractContextManager[None]:
-    """The span a handler runs in; nothing at all unless ``traced`` (``tracing_on()``)."""
+def running(claimed: ClaimedJob, traced: bool,
+            dsn: str | None = None) -> contextlib.AbstractContextManager[None]:
+    """The span a handler runs in; nothing at all unless ``traced`` (``tracing_on()``).
+    ``dsn`` (the worker's) names the server on the span."""
     if not traced:
         return _UNTRACED
-    return tracing.run_span(claimed.queue, claimed.id, claimed.attempt, claimed.traceparent)
+    return tracing.run_span(claimed.queue, claimed.id, claimed.attempt, claimed.traceparent,
+                            dsn)
 
 
 def jobs_rescued(queues: Iterable[str]) -> None:

@@ -4,6 +4,8 @@ Counters and histograms are fed by the worker's events (``pq.on``) and by
 ``hooks`` (jobs added, leases rescued); the per-queue gauges are read from the
 database at scrape time through the public read API, cached briefly so that
 several scrapers (or a dashboard refreshing) cost one read per interval.
+The counters and histograms are served without ``_created`` samples
+(``WithoutCreated``), leaving prometheus_client's global setting alone.
 """
 
 from __future__ import annotations
@@ -60,9 +62,22 @@ def _seconds(later: datetime | None, earlier: datetime | None) -> float | None:
 
 
 def start_latency(snapshot: JobSnapshot) -> float | None:
-    """Commit-to-start: from when the job could first run (``created_at``, or a
-    later ``start_after``: a delayed or retried job) to ``started_at``."""
-    return _seconds(snapshot.started_at, max(snapshot.created_at, snapshot.start_after))
+    """Commit-to-start of the attempt that just started: from when it became
+    eligible to ``started_at``. Eligible is the latest of ``created_at``,
+    ``start_after`` (a delayed job, a retry's backoff, a re-armed job) and the
+    ``at`` of the newest error recorded before the start: a rescued job went
+    back to pending then, and its earlier attempt's run and lapsed lease are
+    not this attempt's wait. (An error after the start is this attempt's own.)"""
+    if snapshot.started_at is None:
+        return None
+    eligible = max(snapshot.created_at, snapshot.start_after)
+    for error in reversed(snapshot.errors):
+        at = error.get("at")
+        ended = _timestamp(str(at)) if at is not None else None
+        if ended is not None and ended <= snapshot.started_at:
+            eligible = max(eligible, ended)
+            break
+    return _seconds(snapshot.started_at, eligible)
 
 
 def run_time(snapshot: JobSnapshot, error: dict[str, Any] | None = None) -> float | None:
@@ -184,6 +199,28 @@ class QueueCollector(Collector):
         return depth, oldest, paused
 
 
+class WithoutCreated(Collector):
+    """portqueue's counters and histograms, served without their ``_created``
+    samples. They are registered through this collector, not one by one, so
+    the user's own metrics keep prometheus_client's setting
+    (``disable_created_metrics()``, ``PROMETHEUS_DISABLE_CREATED_SERIES``)
+    whatever it is: turning it off globally would change them too."""
+
+    def __init__(self, metrics: Sequence[Counter | Histogram]) -> None:
+        self._metrics = tuple(metrics)
+
+    def describe(self) -> list[Metric]:
+        return [family for metric in self._metrics for family in metric.describe()]
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self._metrics:
+            for family in metric.collect():
+                created = f"{family.name}_created"
+                kept = Metric(family.name, family.documentation, family.type, family.unit)
+                kept.samples = [sample for sample in family.samples if sample.name != created]
+                yield kept
+
+
 class PortQueueMetrics:
     """Prometheus metrics for ``client``; see ``portqueue.metrics.instrument``."""
 
@@ -194,23 +231,31 @@ class PortQueueMetrics:
         self.registry = registry
         self._closed = False
         self.counters = {
-            event: Counter(f"{namespace}_{name}", text, ["queue"], registry=registry)
+            event: Counter(f"{namespace}_{name}", text, ["queue"], registry=None)
             for event, (name, text) in EVENT_COUNTERS.items()}
         self.added = Counter(f"{namespace}_jobs_added", "Jobs added by this process's clients.",
-                             ["queue"], registry=registry)
+                             ["queue"], registry=None)
         self.rescued = Counter(f"{namespace}_jobs_rescued",
                                "Lapsed leases this process's rescuer took back.",
-                               ["queue"], registry=registry)
+                               ["queue"], registry=None)
         self.run_seconds = Histogram(
             f"{namespace}_job_run_seconds", "How long each attempt ran (database clock).",
-            ["queue"], buckets=RUN_BUCKETS, registry=registry)
+            ["queue"], buckets=RUN_BUCKETS, registry=None)
         self.start_latency_seconds = Histogram(
             f"{namespace}_job_start_latency_seconds",
-            "Commit-to-start: from created_at (or a later start_after) to started_at.",
-            ["queue"], buckets=LATENCY_BUCKETS, registry=registry)
+            "Commit-to-start: from when the attempt became eligible to started_at.",
+            ["queue"], buckets=LATENCY_BUCKETS, registry=None)
+        self._counted = WithoutCreated([*self.counters.values(), self.added, self.rescued,
+                                        self.run_seconds, self.start_latency_seconds])
+        registry.register(self._counted)
         self._reader = QueueReader(client, cache_seconds, scrape_timeout_seconds)
         self._collector = QueueCollector(self._reader, namespace)
-        registry.register(self._collector)
+        try:
+            registry.register(self._collector)
+        except ValueError:  # a name taken: leave nothing registered behind
+            registry.unregister(self._counted)
+            self._reader.close()
+            raise
         self._undo = [hooks.observe_added(self._count(self.added)),
                       hooks.observe_rescued(self._count(self.rescued))]
         for event in EVENT_COUNTERS:
@@ -247,7 +292,6 @@ class PortQueueMetrics:
         self._closed = True
         for undo in self._undo:
             undo()
-        for collector in (self._collector, *self.counters.values(), self.added, self.rescued,
-                          self.run_seconds, self.start_latency_seconds):
-            self.registry.unregister(collector)
+        self.registry.unregister(self._collector)
+        self.registry.unregister(self._counted)
         self._reader.close()

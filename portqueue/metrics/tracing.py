@@ -1,11 +1,12 @@
 """OpenTelemetry spans for adding and running jobs, when opentelemetry is installed.
 
-An add opens a ``PRODUCER`` span named ``portqueue add <queue>``; its W3C trace
-context is stored in each added job's ``attrs`` under the reserved key
-``"traceparent"``. The worker reads it back with the claim and runs the
-handler inside a ``CONSUMER`` span named ``portqueue run <queue>`` whose parent
-is that add span, so a trace follows a job from the request that added it to
-the handler that ran it, across processes and hosts.
+The spans follow OpenTelemetry's messaging semantic conventions: an add opens a
+``PRODUCER`` span named ``send <queue>``; its W3C trace context is stored in
+each added job's ``attrs`` under the reserved key ``"traceparent"``. The worker
+reads it back with the claim and runs the handler inside a ``CONSUMER`` span
+named ``process <queue>`` whose parent is that add span, so a trace follows a
+job from the request that added it to the handler that ran it, across
+processes and hosts. A span whose operation raised carries ``error.type``.
 
 Without the ``opentelemetry-api`` package, ``TRACING`` is ``False`` and the
 helpers here are never called (see ``hooks``); with the API but no
@@ -15,8 +16,14 @@ TracerProvider configured, ``recording()`` is ``False`` and neither are they.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+import functools
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from psycopg.conninfo import conninfo_to_dict
+
+from portqueue.types import AddJobResult
 
 try:
     from opentelemetry import trace
@@ -29,6 +36,10 @@ else:
 # The attrs key holding an added job's trace context; reserved for portqueue.
 TRACEPARENT = "traceparent"
 SYSTEM = "portqueue"
+# The conventions' operation types; each span's operation name is its type.
+SEND = "send"
+PROCESS = "process"
+DEFAULT_PORT = 5432
 
 
 _provider: Any = None
@@ -56,15 +67,62 @@ def _tracer() -> Any:
     return trace.get_tracer("portqueue", tracer_provider=_provider)
 
 
+@functools.lru_cache(maxsize=64)
+def server_attributes(dsn: str | None) -> Mapping[str, str | int]:
+    """``server.address`` and ``server.port`` of the database ``dsn`` names, as
+    libpq would resolve them without a network call: the DSN's ``host`` (a
+    name, an IP or a Unix socket directory), else its ``hostaddr``, else
+    ``PGHOST``; the port from the DSN, else ``PGPORT``, else 5432. Empty when
+    no host is named, or several are (which one answers is known only once
+    connected). Cached: a client parses its DSN once, not per add."""
+    if not dsn:
+        return {}
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception:  # the client validated it; never fail an add over a span
+        return {}
+    host = str(params.get("host") or params.get("hostaddr") or os.environ.get("PGHOST") or "")
+    port = str(params.get("port") or os.environ.get("PGPORT") or DEFAULT_PORT)
+    if not host or "," in host or "," in port or not port.isdigit():
+        return {}
+    return {"server.address": host, "server.port": int(port)}
+
+
+def error_type(exc: BaseException) -> str:
+    """The exception's class name as the job's error record spells it:
+    qualified by its module unless built in (``ValueError``, ``myapp.Flaky``)."""
+    kind = type(exc)
+    if kind.__module__ == "builtins":
+        return kind.__qualname__
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
 @contextlib.contextmanager
-def add_span(queue: object) -> Iterator[tuple[Any, dict[str, str] | None]]:
-    """A PRODUCER span around one add (or batch), and the attrs carrying its context."""
-    attributes = {"messaging.system": SYSTEM, "messaging.operation.type": "send",
-                  "messaging.operation.name": "add",
-                  "messaging.destination.name": str(queue)}
+def _span(name: str, kind: Any, attributes: Mapping[str, Any],
+          context: Any = None) -> Iterator[Any]:
+    """A current span that marks an exception escaping it (``Exception`` or not:
+    a cancelled handler too) with ``error.type``, the error status and an event."""
     with _tracer().start_as_current_span(
-            f"portqueue add {queue}", kind=trace.SpanKind.PRODUCER,
-            attributes=attributes) as span:
+            name, context=context, kind=kind, attributes=attributes,
+            record_exception=False, set_status_on_exception=False) as span:
+        try:
+            yield span
+        except BaseException as exc:
+            if span.is_recording():
+                span.set_attribute("error.type", error_type(exc))
+                span.record_exception(exc)
+                description = f"{type(exc).__name__}: {exc}"
+                span.set_status(trace.Status(trace.StatusCode.ERROR, description))
+            raise
+
+
+@contextlib.contextmanager
+def add_span(queue: object, dsn: str | None = None) -> Iterator[tuple[Any, dict[str, str] | None]]:
+    """A PRODUCER span around one add (or batch), and the attrs carrying its context."""
+    attributes = {"messaging.system": SYSTEM, "messaging.operation.type": SEND,
+                  "messaging.operation.name": SEND, "messaging.destination.name": str(queue),
+                  **server_attributes(dsn)}
+    with _span(f"{SEND} {queue}", trace.SpanKind.PRODUCER, attributes) as span:
         carrier: dict[str, str] = {}
         if span.get_span_context().is_valid:
             TraceContextTextMapPropagator().inject(carrier)
@@ -72,31 +130,39 @@ def add_span(queue: object) -> Iterator[tuple[Any, dict[str, str] | None]]:
         yield span, attrs
 
 
-def record_added(span: Any, job_ids: list[str], deduplicated: int) -> None:
-    """Name the added jobs on the add span."""
+def record_added(span: Any, results: Sequence[AddJobResult], batch: bool) -> None:
+    """Name what an add did on its span. ``add_job`` is a single-message
+    operation: the job's id (the existing job's, when deduplicated), and no
+    batch count, as the conventions ask; ``add_jobs`` is a batch one: the
+    count of entries (deduplicated ones included), and no single id."""
     if not span.is_recording():
         return
-    if len(job_ids) == 1:
-        span.set_attribute("messaging.message.id", job_ids[0])
-    span.set_attribute("messaging.batch.message_count", len(job_ids) + deduplicated)
-    span.set_attribute("portqueue.deduplicated_count", deduplicated)
+    deduplicated = sum(r.deduplicated for r in results)
+    if batch:
+        span.set_attribute("messaging.batch.message_count", len(results))
+        span.set_attribute("portqueue.deduplicated_count", deduplicated)
+        return
+    for result in results:  # one; a recurring add has a schedule, not a job
+        if result.job_id is not None:
+            span.set_attribute("messaging.message.id", result.job_id)
+            span.set_attribute("portqueue.deduplicated", result.deduplicated)
 
 
 @contextlib.contextmanager
-def run_span(queue: str, job_id: str, attempt: int,
-             traceparent: str | None) -> Iterator[None]:
+def run_span(queue: str, job_id: str, attempt: int, traceparent: str | None,
+             dsn: str | None = None) -> Iterator[None]:
     """A CONSUMER span around one handler call, child of the add span that
     ``traceparent`` names (a new trace when the job carries none). The handler
     runs inside it: spans it opens are its children. An exception the handler
-    raises is recorded on the span and marks it as an error."""
+    raises is recorded on the span, names its ``error.type`` and marks it as
+    an error."""
     parent = None
     if traceparent:
         parent = TraceContextTextMapPropagator().extract({TRACEPARENT: traceparent})
     attributes: Mapping[str, Any] = {
-        "messaging.system": SYSTEM, "messaging.operation.type": "process",
-        "messaging.operation.name": "run", "messaging.destination.name": queue,
-        "messaging.message.id": job_id, "portqueue.job.attempt": attempt}
-    with _tracer().start_as_current_span(
-            f"portqueue run {queue}", context=parent, kind=trace.SpanKind.CONSUMER,
-            attributes=attributes):
+        "messaging.system": SYSTEM, "messaging.operation.type": PROCESS,
+        "messaging.operation.name": PROCESS, "messaging.destination.name": queue,
+        "messaging.message.id": job_id, "portqueue.job.attempt": attempt,
+        **server_attributes(dsn)}
+    with _span(f"{PROCESS} {queue}", trace.SpanKind.CONSUMER, attributes, context=parent):
         yield

@@ -57,8 +57,8 @@ def test_the_run_span_is_a_child_of_the_add_span_across_a_worker(
     wait_until(lambda: finished_row(db, schema, job_id), what="the job to finish")
     wait_until(lambda: len(spans.get_finished_spans()) == 3, what="three spans")
 
-    add = only(spans, "portqueue add traced")
-    run = only(spans, "portqueue run traced")
+    add = only(spans, "send traced")
+    run = only(spans, "process traced")
     assert add.kind is SpanKind.PRODUCER and run.kind is SpanKind.CONSUMER
     assert add.parent.span_id == request.get_span_context().span_id
     assert run.parent is not None and run.parent.span_id == add.context.span_id
@@ -88,13 +88,14 @@ def test_a_raising_handler_marks_its_run_span_as_an_error(
     assert job_id
     wait_until(lambda: finished_row(db, schema, job_id), what="the job to fail")
     wait_until(lambda: len(spans.get_finished_spans()) == 3, what="one add, two runs")
-    add = only(spans, "portqueue add traced")
-    runs = [s for s in spans.get_finished_spans() if s.name == "portqueue run traced"]
+    add = only(spans, "send traced")
+    runs = [s for s in spans.get_finished_spans() if s.name == "process traced"]
     # Both attempts continue the add's trace: the context stays on the row.
     assert sorted(r.attributes["portqueue.job.attempt"] for r in runs) == [1, 2]
     for run in runs:
         assert run.parent.span_id == add.context.span_id
         assert run.status.status_code is StatusCode.ERROR
+        assert run.attributes["error.type"] == "RuntimeError"
         (event,) = run.events
         assert event.name == "exception"
         assert event.attributes["exception.type"] == "RuntimeError"
@@ -115,8 +116,8 @@ async def test_an_async_handler_runs_inside_its_run_span(
     assert job_id
     await wait_until_async(lambda: finished_row(db, schema, job_id), what="the job to finish")
     await wait_until_async(lambda: len(spans.get_finished_spans()) == 2, what="two spans")
-    add = only(spans, "portqueue add traced-async")
-    run = only(spans, "portqueue run traced-async")
+    add = only(spans, "send traced-async")
+    run = only(spans, "process traced-async")
     assert run.parent.span_id == add.context.span_id
     assert seen["current"].span_id == run.context.span_id
 
@@ -128,14 +129,16 @@ def test_a_batch_shares_one_add_span_and_schedules_carry_no_context(
     pq.add_job(queue="batch", data={}, idempotency_key="k")
     pq.add_job(queue="batch", data={}, idempotency_key="k")
     recurring = pq.add_job(queue="batch", data={}, schedule={"start_every_seconds": 60})
-    adds = [s for s in spans.get_finished_spans() if s.name == "portqueue add batch"]
+    adds = [s for s in spans.get_finished_spans() if s.name == "send batch"]
     assert len(adds) == 4
     batch = adds[0]
     assert batch.attributes["messaging.batch.message_count"] == 3
     for result in results:
         row = fetch_one(db, schema, "job", "id = %s", [result.job_id])
         assert row is not None and row["attrs"] == {TRACEPARENT: traceparent_of(batch)}
-    assert adds[2].attributes["portqueue.deduplicated_count"] == 1
+    assert adds[1].attributes["portqueue.deduplicated"] is False
+    assert adds[2].attributes["portqueue.deduplicated"] is True
+    assert adds[2].attributes["messaging.message.id"] == adds[1].attributes["messaging.message.id"]
     schedule = fetch_one(db, schema, "schedule", "id = %s", [recurring.schedule_id])
     assert schedule is not None and "attrs" not in schedule["job_options"]
 
@@ -192,7 +195,7 @@ def test_portqueue_add_on_the_command_line_opens_the_producer_span(
         app, ["add", "from-cli", '{"n": 1}', "--create-queue", "--dsn", pg_dsn,
               "--schema", schema])
     assert result.exit_code == 0, result.output
-    add = only(spans, "portqueue add from-cli")
+    add = only(spans, "send from-cli")
     assert add.kind is SpanKind.PRODUCER
     job_id = add.attributes["messaging.message.id"]
     row = fetch_one(db, schema, "job", "id = %s", [job_id])
