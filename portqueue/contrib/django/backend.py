@@ -123,7 +123,8 @@ class PortQueueBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         added = self._add(task, job_data(task, args, kwargs, self.alias))
         result = TaskResult(
             task=task, id=added_job_id(added), status=TaskResultStatus.READY,
-            enqueued_at=local_time(datetime.now(dt_timezone.utc)), started_at=None,
+            # The row's created_at, as get_result() reads it: the database's clock.
+            enqueued_at=local_time(added.created_at), started_at=None,
             finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias,
             errors=[], worker_ids=[],
         )
