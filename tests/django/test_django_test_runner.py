@@ -59,3 +59,27 @@ def test_djangos_database_less_connection_closes_the_pool_and_the_next_use_reope
         pass
     assert backend.client is not used
     assert backend.get_result(result.id).enqueued_at == result.enqueued_at
+
+
+def test_without_dsn_the_backend_follows_the_databases_current_name(
+    django_project: None, pg_dsn: str
+) -> None:
+    from django.db import connections
+
+    from portqueue.contrib.django import PortQueueBackend
+
+    backend = "portqueue.contrib.django.PortQueueBackend"
+    following = PortQueueBackend("following", {"BACKEND": backend})
+    pinned = PortQueueBackend("pinned", {"BACKEND": backend, "OPTIONS": {"DSN": pg_dsn}})
+    database = connections["default"].settings_dict
+    name = database["NAME"]
+    before = following.client
+    database["NAME"] = "test_" + name  # as the runner renames it, in place
+    try:
+        assert conninfo_to_dict(following.current_settings().dsn)["dbname"] == "test_" + name
+        assert following.client is not before  # the pool for the renamed database
+        assert pinned.current_settings().dsn == pg_dsn
+    finally:
+        database["NAME"] = name
+    assert conninfo_to_dict(following.current_settings().dsn)["dbname"] == name
+    assert following.client is before

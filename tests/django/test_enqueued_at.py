@@ -5,8 +5,9 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import zoneinfo
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -18,8 +19,11 @@ pytest.importorskip("django.tasks", reason="Django's tasks framework needs Djang
 from django.db import connection, transaction
 from django.tasks import TaskResultStatus
 from django.test import override_settings
+from django.utils import timezone
 
+from portqueue import PortQueue
 from tests.support.rows import fetch_one
+from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 Tasks = Any
@@ -62,11 +66,10 @@ def test_a_result_equals_its_reread_until_it_changes(shop: str, tasks: Tasks) ->
     result = tasks.send_email.enqueue("a@example.com")
     reread = tasks.send_email.get_result(result.id)
     assert reread == result  # every field: status, times, args, backend, errors
-    before = (result.status, result.enqueued_at, result.started_at, result.finished_at)
-    result.refresh()
-    assert (result.status, result.enqueued_at, result.started_at,
-            result.finished_at) == before == (TaskResultStatus.READY, reread.enqueued_at,
-                                              None, None)
+    before = dataclasses.asdict(result)
+    result.refresh()  # nothing ran: a refresh changes no field
+    assert dataclasses.asdict(result) == before
+    assert result.status == TaskResultStatus.READY and result.started_at is None
 
 
 def test_the_async_api_reports_the_same_enqueued_at(shop: str, tasks: Tasks) -> None:
@@ -89,3 +92,42 @@ def test_without_use_tz_enqueued_at_is_naive_local_time_as_get_result_reads_it(
     assert row is not None
     local = row["created_at"].astimezone(zoneinfo.ZoneInfo("Europe/Paris"))
     assert result.enqueued_at == local.replace(tzinfo=None)
+
+
+def test_a_deferred_task_keeps_its_enqueued_at_apart_from_its_start(
+    shop: str, tasks: Tasks, db: Db
+) -> None:
+    before = db_now(db)
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1), priority=7)
+    result = later.enqueue(1, 1)
+    assert before <= result.enqueued_at <= db_now(db)
+    assert later.get_result(result.id) == result
+    row = fetch_one(db, shop, "job", "id = %s", [result.id])
+    assert row is not None and row["start_after"] - row["created_at"] >= timedelta(minutes=59)
+
+
+def test_refresh_after_a_worker_ran_it_keeps_enqueued_at(
+    worker: PortQueue, tasks: Tasks
+) -> None:
+    result = tasks.add.enqueue(20, 22)
+    enqueued_at = result.enqueued_at
+
+    def refreshed() -> bool:
+        result.refresh()
+        return bool(result.is_finished)
+
+    wait_until(refreshed, timeout=10, what="the worker to finish the task")
+    assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
+    assert result.enqueued_at == enqueued_at
+    assert enqueued_at <= result.started_at <= result.finished_at  # type: ignore[operator]
+
+
+def test_arefresh_changes_no_field_of_a_pending_task(shop: str, tasks: Tasks) -> None:
+    async def enqueue_and_refresh() -> tuple[dict[str, Any], Any]:
+        result = await tasks.double.aenqueue(2)
+        before = dataclasses.asdict(result)
+        await result.arefresh()
+        return before, result
+
+    before, result = asyncio.run(enqueue_and_refresh())
+    assert dataclasses.asdict(result) == before
