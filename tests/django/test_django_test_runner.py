@@ -1,6 +1,7 @@
-"""``manage.py test`` with the backend in use: Django's runner creates its test
-database, the backend works on it, and the runner drops it at the end: the
-backend's pool is closed first, without any setting of the project's."""
+"""Django's test runner with the backend in use: ``manage.py test`` creates its
+test database, the backend works on it and the runner drops it at the end, the
+backend's pool being closed first without any setting of the project's; and
+the two mechanisms that make it so, each on its own."""
 
 from __future__ import annotations
 

@@ -94,7 +94,8 @@ def close_before_database_ddl(sender: Any, connection: Any, **kwargs: Any) -> No
     Django opens that connection (alias ``NO_DB_ALIAS``) to create, clone and
     drop test databases. PostgreSQL refuses DROP DATABASE, and CREATE DATABASE
     from a template, while another session is connected to that database
-    ("is being accessed by other users"): the pool's would be."""
+    ("is being accessed by other users"): the pool's would be. (django.contrib.postgres
+    tells that connection apart by the same alias.)"""
     if connection.alias == NO_DB_ALIAS:
         close_shared_clients()
 
