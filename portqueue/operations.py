@@ -212,6 +212,8 @@ def _added(job_id: Any, queue: str, row: dict[str, Any]) -> AddJobResult:
         queue=queue,
         status=JobStatus(row["status"]),
         start_after=_utc(row["start_after"]),
+        # Only the add statements' rows carry it (not retry_job's).
+        created_at=_optional_utc(row.get("created_at")),
     )
 
 
@@ -276,15 +278,16 @@ def add_jobs(q: Queries, queue: str, specs: Sequence[JobSpec]) -> Operation[list
         _refuse_if_paused(rows, queue)
         added = {row["id"]: row for row in rows}
         skipped = []
-        utc = _UtcCache()
+        utc, utc_created = _UtcCache(), _UtcCache()
         for index, spec in todo:
             row = added.get(spec.id)
             if row is not None:
                 # Runs per job of a batch: spec.id is canonical already, and
-                # the batch's rows share one start_after.
+                # the batch's rows share one start_after and created_at.
                 results[index] = AddJobResult(
                     job_id=spec.id, queue=queue, status=JobStatus(row["status"]),
-                    start_after=utc(row["start_after"]))
+                    start_after=utc(row["start_after"]),
+                    created_at=utc_created(row["created_at"]))
             else:
                 skipped.append((index, spec))
         if not skipped:
@@ -418,7 +421,8 @@ def _add_unkeyed_jobs(
             else q("add_default_job_to_open_queue", queue=queue, id=spec.id, data=spec.data_json))
         if rows:
             return [AddJobResult(job_id=spec.id, queue=queue, status=JobStatus.PENDING,
-                                 start_after=_utc(rows[0]["start_after"]))]
+                                 start_after=_utc(rows[0]["start_after"]),
+                                 created_at=_utc(rows[0]["created_at"]))]
     rows = yield _add_statement(q, queue, specs, keyed=False)
     return _unkeyed_results(queue, specs, rows)
 
@@ -444,7 +448,7 @@ def _unkeyed_results(queue: str, specs: Sequence[JobSpec], rows: Rows) -> list[A
         if template is None:
             template = by_delay[spec.start_after_seconds] = AddJobResult(
                 job_id=None, queue=queue, status=JobStatus.PENDING,
-                start_after=now + timedelta(seconds=spec.start_after_seconds))
+                start_after=now + timedelta(seconds=spec.start_after_seconds), created_at=now)
         return _with_job_id(template, spec.id)
 
     return [result(spec) for spec in specs]
@@ -487,6 +491,7 @@ def _duplicate_of(spec: JobSpec, owners: Rows, queue: str) -> AddJobResult | Non
                     start_after=result.start_after,
                     deduplicated=True,
                     deduplication_reason=reason,
+                    created_at=result.created_at,
                 )
     return None
 

@@ -129,7 +129,9 @@ class AddJobResult:
     """What an add did. A one-off job: its ``job_id``, ``status`` and ``start_after``.
     A recurring add: ``job_id`` is ``None``, ``schedule_id`` and ``next_run_at`` are set.
     ``deduplicated`` (with ``deduplication_reason``): an existing job or schedule was
-    returned instead of a new one."""
+    returned instead of a new one. ``created_at``: the job's ``created_at`` on the
+    database clock (as ``get_job`` reads it) for a one-off add, new or deduplicated;
+    ``None`` for a recurring add and for ``retry_job``'s result."""
 
     job_id: str | None
     queue: str
@@ -139,6 +141,7 @@ class AddJobResult:
     deduplication_reason: DeduplicationReason | None = None
     schedule_id: str | None = None
     next_run_at: datetime | None = None
+    created_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ FROM ({default_entry}) AS e
 
 -- fragment: into_open_queue
 JOIN {schema}.queue AS d ON d.name = %(queue)s AND d.paused IS DISTINCT FROM 'all'
-RETURNING j.start_after
+RETURNING j.start_after, j.created_at
 
 -- fragment: queue_defaults
 defaults AS (
@@ -171,12 +171,14 @@ inserted AS (
     -- of them aborted). Results are matched back to entries by id.
     ORDER BY e.idempotency_key, e.singleton_key, e.ord
     ON CONFLICT DO NOTHING
-    RETURNING j.id, j.status, j.start_after
+    RETURNING j.id, j.status, j.start_after, j.created_at
 )
 -- id as text: the entry's own id (UUIDv7's canonical text) matches it as is.
-SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after FROM inserted
+SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after, created_at
+FROM inserted
 UNION ALL
-SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz FROM defaults WHERE paused = 'all'
+SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz
+FROM defaults WHERE paused = 'all'
 
 -- fragment: unkeyed_insert_end
 -- No entry has a key: nothing can conflict but a UUIDv7 collision (74 random
@@ -185,7 +187,8 @@ SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz FROM defaults WHERE p
 -- extra WAL record per row (about a fifth of a batch's time), and the sort
 -- that only orders keys. Every entry is inserted pending, at now() plus its
 -- delay, so one row says so rather than a row per job: the caller checks the
--- count and works out each start_after from now(). The row also says whether
+-- count and works out each start_after from now(), and each created_at (the
+-- column's default, now()) as now() itself. The row also says whether
 -- the queue refused the jobs, being paused for adds.
     RETURNING j.id
 )
@@ -196,7 +199,7 @@ FROM inserted
 -- name: find_conflicts
 -- The rows that won against skipped entries: an idempotency key holds for as
 -- long as its job is retained; a singleton key only while pending or active.
-SELECT id, status::text AS status, start_after, idempotency_key, singleton_key
+SELECT id, status::text AS status, start_after, created_at, idempotency_key, singleton_key
 FROM {schema}.job
 WHERE queue = %(queue)s
   AND (idempotency_key = ANY(%(idempotency_keys)s::text[])

@@ -45,7 +45,7 @@ def test_add_prints_the_new_job(cli: Cli, pq: PortQueue) -> None:
 def test_add_json_is_the_add_result(cli: Cli, pq: PortQueue) -> None:
     out = cli.json("add", "emails")
     assert set(out) == {"job_id", "queue", "status", "start_after", "deduplicated",
-                        "deduplication_reason", "schedule_id", "next_run_at"}
+                        "deduplication_reason", "schedule_id", "next_run_at", "created_at"}
     assert (out["queue"], out["status"], out["deduplicated"]) == ("emails", "pending", False)
     job = pq.get_job(job_id=out["job_id"])
     assert job is not None and job.data == {}, "DATA defaults to {}"

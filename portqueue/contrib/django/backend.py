@@ -32,6 +32,8 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
+from django.db.backends.base.base import NO_DB_ALIAS
+from django.db.backends.signals import connection_created
 from django.tasks.backends.base import BaseTaskBackend
 from django.tasks.base import Task, TaskResult, TaskResultStatus
 from django.tasks.exceptions import TaskResultDoesNotExist
@@ -39,7 +41,12 @@ from django.tasks.signals import task_enqueued
 from django.utils.json import normalize_json
 
 from portqueue.client import PortQueue
-from portqueue.contrib.django.options import BackendOptions, backend_options, check_queues
+from portqueue.contrib.django.options import (
+    BackendOptions,
+    CurrentOptions,
+    backend_options,
+    check_queues,
+)
 from portqueue.contrib.django.results import (
     aware,
     is_task_data,
@@ -72,12 +79,31 @@ def shared_client(options: BackendOptions) -> PortQueue:
 
 def close_shared_clients() -> None:
     """Close the pools of the backends' shared clients (at shutdown, or between tests);
-    a later use opens a new one."""
+    a later use opens a new one. Django's creation and removal of a test
+    database call it (close_before_database_ddl)."""
     with _clients_lock:
         clients = list(_clients.values())
         _clients.clear()
     for client in clients:
         client.close()
+
+
+def close_before_database_ddl(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """Close the shared pools when Django opens its connection without a database.
+
+    Django opens that connection (alias ``NO_DB_ALIAS``) to create, clone and
+    drop test databases. PostgreSQL refuses DROP DATABASE, and CREATE DATABASE
+    from a template, while another session is connected to that database
+    ("is being accessed by other users"): the pool's would be. (django.contrib.postgres
+    tells that connection apart by the same alias.)"""
+    if connection.alias == NO_DB_ALIAS:
+        close_shared_clients()
+
+
+# Connected when the backend is imported, which any pool's creation needs:
+# no INSTALLED_APPS entry or test-runner setting to forget.
+connection_created.connect(close_before_database_ddl,
+                           dispatch_uid="portqueue.contrib.django.close_before_database_ddl")
 
 
 def new_client(options: BackendOptions) -> PortQueue:
@@ -113,7 +139,16 @@ class PortQueueBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         check_queues(alias, params)
         super().__init__(alias, params)
         self.settings = backend_options(alias, params)
-        self.client = shared_client(self.settings)
+        # The settings with the DSN of Django's database as it is named now.
+        self.current_settings = CurrentOptions(self.settings)
+        shared_client(self.settings)  # a bad CLIENT is reported now, not at first use
+
+    @property
+    def client(self) -> PortQueue:
+        """The process's shared client for these settings, looked up at each use:
+        after ``close_shared_clients()`` the next use opens a new pool, on the
+        database Django's settings name then (the test database during tests)."""
+        return shared_client(self.current_settings())
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Add the task's job; inside ``atomic()`` it commits or rolls back with it."""
@@ -123,7 +158,8 @@ class PortQueueBackend(BaseTaskBackend):  # type: ignore[misc]  # Django ships n
         added = self._add(task, job_data(task, args, kwargs, self.alias))
         result = TaskResult(
             task=task, id=added_job_id(added), status=TaskResultStatus.READY,
-            enqueued_at=local_time(datetime.now(dt_timezone.utc)), started_at=None,
+            # The row's created_at, as get_result() reads it: the database's clock.
+            enqueued_at=local_time(added.created_at), started_at=None,
             finished_at=None, last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias,
             errors=[], worker_ids=[],
         )

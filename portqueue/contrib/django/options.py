@@ -9,7 +9,7 @@ typo never surfaces later as a job in the wrong schema.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -38,6 +38,8 @@ class BackendOptions:
     schema: str
     retry: RetryPolicy | None
     client: Mapping[str, Any] = field(default_factory=dict)
+    # False when ``dsn`` was built from Django's database settings.
+    dsn_given: bool = True
 
 
 class _Names:
@@ -82,6 +84,7 @@ def backend_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
     database = raw.get("DATABASE", "default")
     if not isinstance(database, str):
         raise names.problem("DATABASE", "must be an alias of settings.DATABASES")
+    dsn_given = bool(raw.get("DSN"))
     dsn = raw.get("DSN") or _database_dsn(names, database)
     if not isinstance(dsn, str):
         raise names.problem("DSN", "must be a libpq connection string")
@@ -98,7 +101,34 @@ def backend_options(alias: str, params: Mapping[str, Any]) -> BackendOptions:
     except InvalidArgument as exc:
         raise names.problem("RETRY", str(exc)) from None
     return BackendOptions(alias=alias, database=database, dsn=dsn, schema=schema, retry=retry,
-                          client=dict(client))
+                          client=dict(client), dsn_given=dsn_given)
+
+
+class CurrentOptions:
+    """A backend's options with the DSN of Django's database as its settings are now.
+
+    Django's test runner renames the database to its test database (or a clone
+    of it) after the backend may have been built (a ``@task`` decorated at
+    import builds it): a DSN frozen then would read results from the other
+    database. The DSN is rebuilt only when the database's name, user, host or
+    port changed: building it costs more than the lookups it would add to
+    every ``get_result()``."""
+
+    def __init__(self, options: BackendOptions) -> None:
+        self.options = options
+        self._key: tuple[Any, ...] | None = None
+        self._current = options
+
+    def __call__(self) -> BackendOptions:
+        if self.options.dsn_given:
+            return self.options
+        database = connections[self.options.database].settings_dict
+        key = tuple(database.get(name) for name in ("NAME", "USER", "HOST", "PORT"))
+        if key != self._key:
+            dsn = _database_dsn(_Names(self.options.alias), self.options.database)
+            self._current = replace(self.options, dsn=dsn)
+            self._key = key
+        return self._current
 
 
 def _database_dsn(names: _Names, database: str) -> str:

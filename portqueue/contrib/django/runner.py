@@ -93,7 +93,7 @@ def worker_client(
 
     ``queues`` defaults to the backend's ``QUEUES``; ``concurrency`` (default 1)
     is per queue. Run it with ``.run()`` (blocks; SIGTERM drains) or ``.start()``."""
-    client = new_client(backend.settings)
+    client = new_client(backend.current_settings())
 
     def run_django_task(job: Job) -> Any:
         return run_task(backend, job)
