@@ -71,6 +71,7 @@ ROUTES = [
     Route("/queues/remove", actions.remove_queue, methods=["POST"]),
     Route("/schedules", views.schedules, methods=["GET"]),
     Route("/workers", insight_views.workers, methods=["GET"]),
+    Route("/failures", insight_views.failures, methods=["GET"]),
     Route("/schedules/{schedule_id}/remove", actions.remove_schedule, methods=["POST"]),
     Route("/static/style.css", stylesheet, methods=["GET"]),
 ]

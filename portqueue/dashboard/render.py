@@ -81,8 +81,16 @@ def link(request: Request, path: str, **params: Any) -> str:
     return str(request.scope.get("root_path", "")) + url(path, **params)
 
 
+def clip(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters for a list (its own page shows it whole)."""
+    if text is None:
+        return "—"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 _environment.filters.update(
-    pretty_json=pretty_json, preview_json=preview_json, timestamp=timestamp, duration=duration)
+    clip=clip, pretty_json=pretty_json, preview_json=preview_json, timestamp=timestamp,
+    duration=duration)
 _environment.globals.update(statuses=list(JobStatus))
 
 

@@ -57,7 +57,7 @@ async def queues(request: Request) -> Response:
         "rows": rows, "paging": params.Paging(number, page.total), "page_params": {}})
 
 
-async def _queue_names(client: AsyncPortQueue) -> list[str]:
+async def queue_names(client: AsyncPortQueue) -> list[str]:
     page = await client.get_queues(limit=MAX_PAGE)
     return sorted(info.queue for info in page.items)
 
@@ -70,7 +70,7 @@ async def jobs(request: Request) -> Response:
     group = params.optional(query, "group")
     number = params.page_number(query)
     filters = {"queue": queue, "status": status.value if status else None, "group": group}
-    context: dict[str, Any] = {"filters": filters, "queue_names": await _queue_names(client)}
+    context: dict[str, Any] = {"filters": filters, "queue_names": await queue_names(client)}
     if queue is None:
         # get_jobs reads one queue at a time: ask which.
         return render(request, "jobs.html", {**context, "page": None, "stats": None})

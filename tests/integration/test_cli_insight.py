@@ -7,6 +7,9 @@ from typing import Any
 import psycopg
 import pytest
 
+from portqueue import PortQueue
+from tests.dashboard.conftest import fail_job
+from tests.dashboard.failure_rows import add_failed
 from tests.dashboard.worker_rows import insert_worker
 from tests.support.cli import Cli
 
@@ -45,3 +48,37 @@ def test_workers_when_none_and_bad_limit(cli: Cli) -> None:
     assert cli.json("workers") == {"items": [], "total": 0}
     assert cli("workers").stdout.splitlines()[-1] == "none of 0 worker(s)"
     assert cli("workers", "--limit", "0").exit_code == 2
+
+
+def test_failures_across_queues_json_and_table(
+    cli: Cli, pq: PortQueue, db: Db, schema: str, pg_dsn: str,
+) -> None:
+    real = fail_job(pg_dsn, schema, queue="emails", data={"to": "a@b"},
+                    message="SMTP 554:\n mailbox unavailable")
+    later = add_failed(pq, db, schema, queue="reports", count=2, message="no template")
+    pq.add_job(queue="reports", data="pending, not listed")
+    page = cli.json("failures")
+    assert page["total"] == 3
+    assert [item["job_id"] for item in page["items"]] == [*later[::-1], real.job_id]
+    assert [item["error"] for item in page["items"]] == [
+        "no template 1", "no template 0", "SMTP 554:\n mailbox unavailable"]
+    assert page["items"][2]["queue"] == "emails" and page["items"][2]["status"] == "failed"
+    only = cli.json("failures", "--queue", "emails", "--limit", "5")
+    assert [item["job_id"] for item in only["items"]] == [real.job_id]
+
+    table = cli("failures")
+    assert table.exit_code == 0, table.output
+    header, *rows, footer = table.stdout.splitlines()
+    assert header.split() == ["failed", "at", "queue", "job", "id", "attempt", "error"]
+    assert rows[0].split()[2:5] == ["reports", later[1], "1/1"]
+    assert rows[2].split()[2:] == ["emails", real.job_id, "1/1", "RuntimeError:", "SMTP",
+                                   "554:", "mailbox", "unavailable"]
+    assert footer == "1-3 of 3 failed job(s)"
+    assert cli("failures", "--limit", "1").stdout.splitlines()[-1] == (
+        "1-1 of 3 failed job(s); --offset 1 for more")
+
+
+def test_failures_when_none_and_bad_queue(cli: Cli) -> None:
+    assert cli.json("failures") == {"items": [], "total": 0}
+    bad = cli("failures", "--queue", "q" * 129)
+    assert bad.exit_code == 2 and "--queue" in bad.stderr
