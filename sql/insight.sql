@@ -35,3 +35,21 @@ SELECT count(*) AS total
 FROM {schema}.job
 WHERE status = 'failed'
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text);
+-- name: matching_job_ids
+-- The ids a bulk action works through: the same filters as job_page, or
+-- any queue when queue is NULL; oldest first, at most %(limit)s.
+SELECT id
+FROM {schema}.job
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND status::text = ANY(%(statuses)s::text[])
+  AND (%(group_id)s::text IS NULL OR group_id = %(group_id)s::text)
+ORDER BY seq
+LIMIT %(limit)s;
+
+-- name: matching_job_count
+SELECT count(*) AS total
+FROM {schema}.job
+WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND status::text = ANY(%(statuses)s::text[])
+  AND (%(group_id)s::text IS NULL OR group_id = %(group_id)s::text);
+

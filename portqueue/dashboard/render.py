@@ -12,7 +12,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from portqueue.dashboard.notices import NOTICES
+from portqueue.dashboard.notices import notice_for
 from portqueue.types import JobStatus
 
 PREVIEW_CHARS = 120
@@ -97,7 +97,7 @@ _environment.globals.update(statuses=list(JobStatus))
 def render(
     request: Request, template: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
-    notice = NOTICES.get(request.query_params.get("notice", ""))
+    notice = notice_for(request.query_params)
     page = _environment.get_template(template).render(
         request=request, csrf_token=request.state.csrf_token, notice=notice,
         url=lambda path, **params: link(request, path, **params), **context)
