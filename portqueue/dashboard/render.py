@@ -98,6 +98,7 @@ def render(
     request: Request, template: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
     notice = notice_for(request.query_params)
+    context = {"refresh": None, **context}  # only the list pages reload themselves
     page = _environment.get_template(template).render(
         request=request, csrf_token=request.state.csrf_token, notice=notice,
         url=lambda path, **params: link(request, path, **params), **context)
