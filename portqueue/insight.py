@@ -141,13 +141,15 @@ def selection(queue: object, statuses: Sequence[JobStatus], group_id: object) ->
 
 
 def matching_count(settings: Settings, chosen: Selection) -> Operation[int]:
-    (row,) = yield settings.queries("matching_job_count", **chosen.params())
+    q = settings.queries
+    (row,) = yield q("matching_job_count", **chosen.params())
     return int(row["total"])
 
 
 def matching_ids(settings: Settings, chosen: Selection) -> Operation[list[str]]:
     """The first ``MAX_BULK`` matching job ids, oldest first."""
-    rows = yield settings.queries("matching_job_ids", limit=MAX_BULK, **chosen.params())
+    q = settings.queries
+    rows = yield q("matching_job_ids", limit=MAX_BULK, **chosen.params())
     return [str(row["id"]) for row in rows]
 
 
@@ -157,8 +159,8 @@ def activity(settings: Settings, queue: object = None, bucket_seconds: object = 
     checked_queue = _optional_queue(queue)
     width = validation.integer("bucket_seconds", bucket_seconds, minimum=1, maximum=86_400)
     count = validation.integer("buckets", buckets, minimum=1, maximum=MAX_BUCKETS)
-    rows = yield settings.queries("activity", queue=checked_queue, bucket_seconds=width,
-                                  buckets=count)
+    q = settings.queries
+    rows = yield q("activity", queue=checked_queue, bucket_seconds=width, buckets=count)
     return [Bucket(starts_at=row["starts_at"], completed=int(row["completed"]),
                    failed=int(row["failed"]), latency_mean=row["latency_mean"],
                    latency_p95=row["latency_p95"]) for row in rows]

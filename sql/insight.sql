@@ -53,3 +53,44 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND status::text = ANY(%(statuses)s::text[])
   AND (%(group_id)s::text IS NULL OR group_id = %(group_id)s::text);
 
+-- name: activity
+-- Per bucket of %(bucket_seconds)s seconds over the last %(buckets)s buckets
+-- (the newest one still filling): jobs completed and failed, and the start
+-- latency (started_at - start_after: from when the attempt became eligible)
+-- of the attempts that started in it. started_at holds a job's latest
+-- attempt only, so an earlier attempt's start is not counted. Settled rows
+-- are found through job_finished_idx; the started side reads the rows that
+-- started in the window.
+WITH bounds AS (
+    SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket_seconds)s) + 1
+                         - %(buckets)s) * %(bucket_seconds)s) AS since
+),
+settled AS (
+    SELECT floor(extract(epoch FROM j.finished_at - b.since) / %(bucket_seconds)s)::int AS i,
+           count(*) FILTER (WHERE j.status = 'completed') AS completed,
+           count(*) FILTER (WHERE j.status = 'failed') AS failed
+    FROM {schema}.job AS j, bounds AS b
+    WHERE j.finished_at >= b.since AND j.status IN ('completed', 'failed')
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    GROUP BY 1
+),
+started AS (
+    SELECT floor(extract(epoch FROM j.started_at - b.since) / %(bucket_seconds)s)::int AS i,
+           avg(extract(epoch FROM j.started_at - j.start_after))::double precision
+               AS latency_mean,
+           percentile_cont(0.95) WITHIN GROUP (
+               ORDER BY extract(epoch FROM j.started_at - j.start_after))::double precision
+               AS latency_p95
+    FROM {schema}.job AS j, bounds AS b
+    WHERE j.started_at >= b.since
+      AND (%(queue)s::text IS NULL OR j.queue = %(queue)s::text)
+    GROUP BY 1
+)
+SELECT s.i, b.since + make_interval(secs => s.i * %(bucket_seconds)s) AS starts_at,
+       coalesce(d.completed, 0) AS completed, coalesce(d.failed, 0) AS failed,
+       t.latency_mean, t.latency_p95
+FROM bounds AS b
+CROSS JOIN generate_series(0, %(buckets)s - 1) AS s(i)
+LEFT JOIN settled AS d ON d.i = s.i
+LEFT JOIN started AS t ON t.i = s.i
+ORDER BY s.i;

@@ -72,6 +72,7 @@ ROUTES = [
     Route("/schedules", views.schedules, methods=["GET"]),
     Route("/workers", insight_views.workers, methods=["GET"]),
     Route("/failures", insight_views.failures, methods=["GET"]),
+    Route("/activity", insight_views.activity, methods=["GET"]),
     Route("/bulk", bulk.confirm, methods=["GET"]),
     Route("/bulk", bulk.run, methods=["POST"]),
     Route("/schedules/{schedule_id}/remove", actions.remove_schedule, methods=["POST"]),
