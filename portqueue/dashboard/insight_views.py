@@ -11,7 +11,7 @@ from starlette.responses import Response
 from portqueue import insight
 from portqueue.dashboard import charts, params
 from portqueue.dashboard.refresh import refresh_of
-from portqueue.dashboard.render import duration, render
+from portqueue.dashboard.render import render
 from portqueue.dashboard.views import client_of, queue_names
 from portqueue.errors import InvalidArgument
 
@@ -44,8 +44,9 @@ async def failures(request: Request) -> Response:
         "page_params": filters, "queue_names": await queue_names(client), "refresh": refresh})
 
 
-# The spans the activity page offers: (bucket seconds, buckets).
-SPANS = {"1h": (60, 60), "6h": (300, 72), "24h": (900, 96)}
+# The spans the activity page offers: (bucket seconds, buckets, what a bucket is called).
+SPANS = {"1h": (60, 60, "minute"), "6h": (300, 72, "5 minutes"),
+         "24h": (900, 96, "15 minutes")}
 
 
 def _span(query: Mapping[str, str]) -> str:
@@ -79,14 +80,14 @@ async def activity(request: Request) -> Response:
     span = _span(query)
     refresh = refresh_of(request)
     client = client_of(request)
-    width, count = SPANS[span]
+    width, count, bucket = SPANS[span]
     buckets = await insight.read_async(client, insight.activity, queue=queue,
                                        bucket_seconds=width, buckets=count)
     starts = [b.starts_at for b in buckets]
     rates = [None if b.failure_rate is None else 100 * b.failure_rate for b in buckets]
     return render(request, "activity.html", {
         "filters": {"queue": queue, "span": span}, "spans": list(SPANS),
-        "bucket": duration(width), "totals": _totals(buckets),
+        "bucket": bucket, "totals": _totals(buckets),
         "throughput": charts.stacked_bars(
             starts, [("completed", [b.completed for b in buckets]),
                      ("failed", [b.failed for b in buckets])]),

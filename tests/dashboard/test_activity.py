@@ -82,7 +82,7 @@ async def test_a_real_worker_shows_up_in_the_current_minute(
     page = (await dashboard.get("/activity", params={"span": "6h"})).text
     titles = _bar_titles(page, "throughput-chart")
     assert len(titles) == 1 and titles[0].endswith("UTC: 1 completed")
-    assert "one bar per 5.0 min" in page
+    assert "one bar per 5 minutes" in page
     assert 'class="dot p95"' in _svg(page, "latency-chart")
 
 

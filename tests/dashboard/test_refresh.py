@@ -38,11 +38,12 @@ async def test_list_pages_reload_every_ten_seconds_and_pause(
     route = path.partition("?")[0]
     assert _meta(page) == (10, path.replace("&", "&amp;"))
     paused_url = f"{route}?{query}&amp;refresh=off" if query else f"{route}?refresh=off"
-    assert f'Auto-refresh every 10 s · <a href="{paused_url}">Pause</a>' in _control(page)
+    assert f'Reloads every 10 s · <a href="{paused_url}">Pause auto-refresh</a>' in _control(page)
 
     paused = (await dashboard.get(paused_url.replace("&amp;", "&"))).text
     assert _meta(paused) is None
-    assert f'Auto-refresh paused · <a href="{path.replace("&", "&amp;")}">Resume</a>' in (
+    resume = path.replace("&", "&amp;")
+    assert f'Auto-refresh paused · <a href="{resume}">Resume auto-refresh</a>' in (
         _control(paused))
 
 
@@ -53,7 +54,7 @@ async def test_an_interval_is_kept_across_reloads_and_a_notice_is_not_repeated(
         "refresh": "30", "notice": "bulk_retried", "count": "2", "matched": "2"})).text
     assert "Retried 2 of 2" in page
     assert _meta(page) == (30, "/failures?refresh=30")
-    assert 'href="/failures?refresh=off">Pause</a>' in page
+    assert 'href="/failures?refresh=off">Pause auto-refresh</a>' in page
 
 
 @pytest.mark.parametrize("value", ["1", "3601", "fast", "-5", "٣"])
@@ -90,7 +91,7 @@ async def test_the_reload_keeps_the_mount_prefix(dashboard_app: Any, schema: str
                                  auth=(USER, PASSWORD)) as client:
         page = (await client.get("/ops/pq/workers", params={"page": "1"})).text
     assert _meta(page) == (10, "/ops/pq/workers?page=1")
-    assert 'href="/ops/pq/workers?page=1&amp;refresh=off">Pause</a>' in page
+    assert 'href="/ops/pq/workers?page=1&amp;refresh=off">Pause auto-refresh</a>' in page
 
 
 async def test_queue_names_are_encoded_in_the_reload_url(
