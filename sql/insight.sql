@@ -58,9 +58,9 @@ WHERE (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 -- (the newest one still filling): jobs completed and failed, and the start
 -- latency (started_at - start_after: from when the attempt became eligible)
 -- of the attempts that started in it. started_at holds a job's latest
--- attempt only, so an earlier attempt's start is not counted. Settled rows
--- are found through job_finished_idx; the started side reads the rows that
--- started in the window.
+-- attempt only, so an earlier attempt's start is not counted. No index
+-- leads with finished_at or started_at, so both sides read the job rows
+-- (docs/performance.md has the cost); the dashboard runs it on each reload.
 WITH bounds AS (
     SELECT to_timestamp((floor(extract(epoch FROM now()) / %(bucket_seconds)s) + 1
                          - %(buckets)s) * %(bucket_seconds)s) AS since
