@@ -14,7 +14,7 @@ import pytest
 from portqueue import AsyncPortQueue, PortQueue, insight
 from tests.dashboard.conftest import csrf_token, fail_job_async, http_client
 from tests.dashboard.failure_rows import add_failed
-from tests.support.rows import job_row
+from tests.support.rows import finish, job_row
 
 Db = psycopg.Connection[Any]
 
@@ -35,8 +35,7 @@ async def test_retry_every_failure_across_queues(
     real = await fail_job_async(pg_dsn, schema, queue="emails", data={}, message="boom")
     others = add_failed(pq, db, schema, queue="reports", count=2)
     done = pq.add_job(queue="reports", data="completed: not a failure").job_id
-    db.execute(f'UPDATE "{schema}".job SET status = \'completed\', finished_at = now() '  # noqa: S608
-               "WHERE id = %s", (done,))
+    finish(db, schema, str(done), "completed")
     failures = await dashboard.get("/failures")
     assert ('href="/bulk?action=retry&amp;status=failed&amp;back=failures">Retry all 3…'
             in failures.text)

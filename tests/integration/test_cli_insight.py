@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import socket
+import threading
 from typing import Any
 
 import psycopg
@@ -12,6 +15,7 @@ from tests.dashboard.conftest import fail_job
 from tests.dashboard.failure_rows import add_failed
 from tests.dashboard.worker_rows import insert_worker
 from tests.support.cli import Cli
+from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 
@@ -82,3 +86,26 @@ def test_failures_when_none_and_bad_queue(cli: Cli) -> None:
     assert cli.json("failures") == {"items": [], "total": 0}
     bad = cli("failures", "--queue", "q" * 129)
     assert bad.exit_code == 2 and "--queue" in bad.stderr
+
+
+def test_workers_counts_a_real_workers_running_jobs(cli: Cli, pg_dsn: str, schema: str) -> None:
+    release = threading.Event()
+    started: list[int] = []
+
+    def holds(job: Any) -> None:
+        started.append(1)
+        release.wait(20)
+
+    with PortQueue(pg_dsn, schema=schema) as worker:
+        worker.create_queue(queue="reports", handler=holds, concurrency=3)
+        worker.start(maintenance=False, scheduler=False, poll_interval=0.2)
+        try:
+            worker.add_jobs(queue="reports", jobs=[{"data": n} for n in range(2)])
+            wait_until(lambda: len(started) == 2, timeout=15, what="two jobs to start")
+            (row,) = cli.json("workers")["items"]
+            assert (row["hostname"], row["pid"]) == (socket.gethostname(), os.getpid())
+            assert (row["queues"], row["concurrency"], row["running"]) == (["reports"], 3, 2)
+        finally:
+            release.set()
+            worker.stop()
+    assert cli.json("workers")["total"] == 0  # a stopped worker unregisters
