@@ -3,9 +3,9 @@
 One Typer app (``base.app``) and a module per command group, each registering
 its commands when imported: ``database`` (migrate, prune), ``worker``,
 ``dashboard``, ``demo``, ``add``, ``jobs`` (job, jobs), ``queues`` (stats,
-queues, schedules, pause, resume, remove-queue) and ``manage`` (retry, cancel, remove).
-``session`` and ``output`` are what they share. docs/cli.md documents every
-command, its ``--json`` shape and its exit codes.
+queues, schedules, pause, resume, remove-queue), ``manage`` (retry, cancel, remove) and
+``insight`` (workers, failures). ``session`` and ``output`` are what they share.
+docs/cli.md documents every command, its ``--json`` shape and its exit codes.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from portqueue.cli.base import app, redact
 __all__ = ["app", "main", "redact"]
 
 # Imported in the order `portqueue --help` lists their commands.
-COMMAND_MODULES = ("database", "worker", "dashboard", "demo", "add", "jobs", "queues", "manage")
+COMMAND_MODULES = ("database", "worker", "dashboard", "demo", "add", "jobs", "queues", "manage",
+                   "insight")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"portqueue.cli.{_module}")
 

@@ -6,7 +6,11 @@ crafted link cannot make the dashboard display words of an attacker's choosing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from portqueue import parsing
+from portqueue.errors import InvalidArgument
 
 
 @dataclass(frozen=True)
@@ -33,4 +37,24 @@ NOTICES: dict[str, Notice] = {
                               "jobs. Cancel or remove them first."),
     "schedule_removed": Notice("ok", "Schedule removed; the jobs it spawned are untouched."),
     "schedule_not_removed": Notice("warning", "Not removed: the schedule no longer exists."),
+    "bulk_retried": Notice("ok", "Retried {count} of {matched} matching job(s)."),
+    "bulk_cancelled": Notice("ok", "Cancelled {count} of {matched} matching job(s)."),
 }
+
+# The only values a notice's text takes from the link: counts, as digits.
+_COUNTS = ("count", "matched")
+MAX_COUNT = 10**12
+
+
+def notice_for(query: Mapping[str, str]) -> Notice | None:
+    """The notice a redirect asked for; one whose counts are not plain numbers
+    is dropped rather than shown with what the link says."""
+    notice = NOTICES.get(query.get("notice", ""))
+    if notice is None or "{" not in notice.text:
+        return notice
+    try:
+        counts = {name: parsing.integer(name, query.get(name, ""), minimum=0,
+                                        maximum=MAX_COUNT) for name in _COUNTS}
+    except InvalidArgument:
+        return None
+    return Notice(notice.kind, notice.text.format(**counts))

@@ -12,7 +12,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
-from portqueue.dashboard.notices import NOTICES
+from portqueue.dashboard.notices import notice_for
 from portqueue.types import JobStatus
 
 PREVIEW_CHARS = 120
@@ -81,15 +81,24 @@ def link(request: Request, path: str, **params: Any) -> str:
     return str(request.scope.get("root_path", "")) + url(path, **params)
 
 
+def clip(text: str | None, limit: int) -> str:
+    """``text`` cut to ``limit`` characters for a list (its own page shows it whole)."""
+    if text is None:
+        return "—"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 _environment.filters.update(
-    pretty_json=pretty_json, preview_json=preview_json, timestamp=timestamp, duration=duration)
+    clip=clip, pretty_json=pretty_json, preview_json=preview_json, timestamp=timestamp,
+    duration=duration)
 _environment.globals.update(statuses=list(JobStatus))
 
 
 def render(
     request: Request, template: str, context: dict[str, Any], status_code: int = 200
 ) -> HTMLResponse:
-    notice = NOTICES.get(request.query_params.get("notice", ""))
+    notice = notice_for(request.query_params)
+    context = {"refresh": None, **context}  # only the list pages reload themselves
     page = _environment.get_template(template).render(
         request=request, csrf_token=request.state.csrf_token, notice=notice,
         url=lambda path, **params: link(request, path, **params), **context)

@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from portqueue.async_client import AsyncPortQueue
 from portqueue.dashboard import params
+from portqueue.dashboard.refresh import refresh_of
 from portqueue.dashboard.render import parse_timestamp, render
 from portqueue.dashboard.throughput import Throughput, recent_throughput
 from portqueue.errors import InvalidArgument
@@ -51,13 +52,15 @@ async def _queue_row(client: AsyncPortQueue, info: QueueInfo) -> QueueRow:
 async def queues(request: Request) -> Response:
     client = client_of(request)
     number = params.page_number(request.query_params)
+    refresh = refresh_of(request)
     page = await client.get_queues(limit=params.PAGE_SIZE, offset=params.offset(number))
     rows = await asyncio.gather(*(_queue_row(client, info) for info in page.items))
     return render(request, "queues.html", {
-        "rows": rows, "paging": params.Paging(number, page.total), "page_params": {}})
+        "rows": rows, "paging": params.Paging(number, page.total), "page_params": {},
+        "refresh": refresh})
 
 
-async def _queue_names(client: AsyncPortQueue) -> list[str]:
+async def queue_names(client: AsyncPortQueue) -> list[str]:
     page = await client.get_queues(limit=MAX_PAGE)
     return sorted(info.queue for info in page.items)
 
@@ -69,8 +72,9 @@ async def jobs(request: Request) -> Response:
     status = params.status(query)
     group = params.optional(query, "group")
     number = params.page_number(query)
+    refresh = refresh_of(request)
     filters = {"queue": queue, "status": status.value if status else None, "group": group}
-    context: dict[str, Any] = {"filters": filters, "queue_names": await _queue_names(client)}
+    context: dict[str, Any] = {"filters": filters, "queue_names": await queue_names(client)}
     if queue is None:
         # get_jobs reads one queue at a time: ask which.
         return render(request, "jobs.html", {**context, "page": None, "stats": None})
@@ -79,7 +83,7 @@ async def jobs(request: Request) -> Response:
                         limit=params.PAGE_SIZE, offset=params.offset(number)),
         client.get_queue_stats(queue=queue))
     return render(request, "jobs.html", {
-        **context, "page": page, "stats": stats,
+        **context, "page": page, "stats": stats, "refresh": refresh,
         "paging": params.Paging(number, page.total), "page_params": filters})
 
 
@@ -112,6 +116,7 @@ def timeline(job: JobSnapshot) -> list[Event]:
 
 async def job(request: Request) -> Response:
     client = client_of(request)
+    refresh = refresh_of(request)
     try:
         snapshot = await client.get_job(job_id=request.path_params["job_id"])
     except InvalidArgument:
@@ -127,6 +132,8 @@ async def job(request: Request) -> Response:
         "can_retry": snapshot.status in RETRYABLE,
         "can_cancel": snapshot.status in CANCELLABLE and not snapshot.cancel_requested,
         "can_remove": snapshot.status is not JobStatus.ACTIVE,
+        # A finished job's page no longer changes by itself.
+        "refresh": None if snapshot.status.finished else refresh,
     })
 
 
