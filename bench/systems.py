@@ -128,6 +128,11 @@ class PortQueueSystem:
         async def handle(job: Any) -> None:
             on_job(job.data)
 
+        # multi_queue: the same worker also consumes this many empty queues.
+        for extra in range(settings.get("extra_queues", 0)):
+            client.create_queue(queue=f"{QUEUE}-idle-{extra}", handler=handle,
+                                concurrency=settings["concurrency"])
+
         await client.start()
         await stop.wait()
         await client.stop()

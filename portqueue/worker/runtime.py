@@ -41,6 +41,7 @@ from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.metrics import hooks
 from portqueue.queries import Query
 from portqueue.settings import Settings
+from portqueue.worker.demand import Demand
 from portqueue.worker.job import AsyncJob, Job, JobReport
 from portqueue.worker.outcomes import (
     Completion,
@@ -111,13 +112,11 @@ class Worker:
         self.id = str(uuid.uuid4())
         self.q = settings.queries
         self.running: dict[str, Running] = {}
-        self._per_queue: Counter[str] = Counter()
         self._tasks: list[asyncio.Task[None]] = []
         self._runners: set[asyncio.Task[None]] = set()
         self._outcomes: list[Outcome] = []
         self._stopping = False
         self._closing = False
-        self._backlog = False
         self._background: set[asyncio.Task[None]] = set()
         # Async handler calls still running, including ones past their timeout.
         self._async_calls: set[asyncio.Future[Any]] = set()
@@ -142,7 +141,7 @@ class Worker:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
+        self.demand = Demand({name: spec.concurrency for name, spec in self.queues.items()})
         self._touch_now = asyncio.Event()
         self._outcome_ready = asyncio.Event()
         self._idle = asyncio.Event()
@@ -204,7 +203,7 @@ class Worker:
                 log.exception("worker %s: %s failed", self.id, name)
                 self.fatal = exc
                 self._abort.set()
-                self._wake.set()
+                self.demand.changed.set()
                 self.on_fatal()
 
         self._tasks.append(asyncio.create_task(guarded(), name=f"portqueue-{name}"))
@@ -215,7 +214,7 @@ class Worker:
         if not self._stopping:
             log.info("worker %s stopping (%s)", self.id, "abort" if abort else "drain")
         self._stopping = True
-        self._wake.set()
+        self.demand.changed.set()
         if abort:
             self._abort.set()
         # A claim in flight commits and starts its jobs' runners before the
@@ -352,10 +351,6 @@ class Worker:
 
     # --- fetcher ---
 
-    def _free_slots(self) -> dict[str, int]:
-        return {name: spec.concurrency - self._per_queue[name]
-                for name, spec in self.queues.items()}
-
     async def _fetch_loop(self) -> None:
         try:
             await self._fetch_until_stopped()
@@ -378,48 +373,56 @@ class Worker:
     async def _fetch_until_stopped(self) -> None:
         failures = 0
         retried_at_once = False
+        demand = self.demand
+        next_poll = self.loop.time() + self.poll_interval
         while not self._stopping:
-            self._wake.clear()
-            free = self._free_slots()
-            full = False
-            if sum(free.values()) > 0:
-                try:
-                    async with self._claiming:
-                        if self._stopping:
-                            return
-                        claimed, claimed_per_queue = await self._claim(free)
-                        traced = hooks.tracing_on()
-                        for row in claimed:
-                            self._start(row, traced)
-                        if claimed:
-                            # One event (and one snapshot read) per claim, not per job.
-                            self._emit_later("job_started", [c.id for c in claimed])
-                    failures = 0
-                    retried_at_once = False
-                except psycopg.Error as exc:
-                    # The claim's session may be gone (a restart, a failover, a
-                    # terminated backend): the next claim opens a new one, and is
-                    # tried at once rather than backed off as if the database
-                    # still refused, once in a row. The pool (completions) is
-                    # checked meanwhile.
-                    await self._close_fetcher()
-                    at_once = await self._check_pool_after(exc) and not retried_at_once
-                    retried_at_once = at_once
-                    failures += 0 if at_once else 1
-                    delay = 0.05 if at_once else min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
-                    log.warning("worker %s: claim failed (%s); retrying in %.1fs",
-                                self.id, exc, delay)
-                    await self._sleep_or_stop(delay)
+            demand.changed.clear()
+            if not demand.ready():
+                # Nothing to claim until a NOTIFY names a queue with a free
+                # slot, a backlogged queue frees one, or the poll is due.
+                wait = next_poll - self.loop.time()
+                if wait > 0:
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(demand.changed.wait(), wait)
                     continue
-                # A queue that filled its free slots may have more waiting:
-                # claim again as soon as a slot frees, not at the next NOTIFY.
-                full = any(claimed_per_queue[name] >= slots
-                           for name, slots in free.items() if slots > 0)
-                self._backlog = full
-            if full and sum(self._free_slots().values()) > 0:
+                demand.want_all()
+                next_poll = self.loop.time() + self.poll_interval
                 continue
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+            asked = demand.take()
+            try:
+                async with self._claiming:
+                    if self._stopping:
+                        return
+                    claimed, claimed_per_queue = await self._claim(asked)
+                    traced = hooks.tracing_on()
+                    for row in claimed:
+                        self._start(row, traced)
+                    if claimed:
+                        # One event (and one snapshot read) per claim, not per job.
+                        self._emit_later("job_started", [c.id for c in claimed])
+                failures = 0
+                retried_at_once = False
+            except psycopg.Error as exc:
+                # The claim's session may be gone (a restart, a failover, a
+                # terminated backend): the next claim opens a new one, and is
+                # tried at once rather than backed off as if the database
+                # still refused, once in a row. The pool (completions) is
+                # checked meanwhile.
+                for queue in asked:
+                    demand.want(queue)
+                await self._close_fetcher()
+                at_once = await self._check_pool_after(exc) and not retried_at_once
+                retried_at_once = at_once
+                failures += 0 if at_once else 1
+                delay = 0.05 if at_once else min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                log.warning("worker %s: claim failed (%s); retrying in %.1fs",
+                            self.id, exc, delay)
+                await self._sleep_or_stop(delay)
+                continue
+            # A queue that filled its free slots may have more waiting: it is
+            # claimed again as soon as a slot of it frees, not at the next
+            # NOTIFY or poll, whatever the other queues returned.
+            demand.claimed(asked, claimed_per_queue)
 
     async def _claim(self, free: dict[str, int]) -> tuple[list[Claimed], Counter[str]]:
         """Claim up to the free slots; also how many rows each queue yielded
@@ -450,7 +453,7 @@ class Worker:
             state.set("cancelled")
         running = Running(claimed, spec, state, JobReport(self._touch_soon), traced)
         self.running[claimed.id] = running
-        self._per_queue[claimed.queue] += 1
+        self.demand.started(claimed.queue)
         task = _runner_task(self.loop, self._run(running))
         if task.done():
             # Finished eagerly, here: nothing to keep or cancel, and a done
@@ -474,11 +477,9 @@ class Worker:
             outcome = await self._call_with_timeout(running)
         finally:
             self.running.pop(running.claimed.id, None)
-            self._per_queue[running.claimed.queue] -= 1
             if not self.running:
                 self._idle.set()
-            if self._backlog:
-                self._wake.set()
+            self.demand.finished(running.claimed.queue)
         if outcome is not None and not running.settled:
             running.settled = True
             self._outcomes.append(outcome)
@@ -904,12 +905,12 @@ class Worker:
         for channel in (self.q.job_channel, self.q.cancel_channel):
             await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
         # Jobs added while no connection listened: look now.
-        self._wake.set()
+        self.demand.want_all()
         while True:
             async for notify in conn.notifies(timeout=self.listen_check_seconds):
                 if notify.channel == self.q.job_channel:
-                    if notify.payload in self.queues:
-                        self._wake.set()
+                    # Only the queue named, and only once it has a free slot.
+                    self.demand.want(notify.payload)
                 elif notify.channel == self.q.cancel_channel:
                     running = self.running.get(notify.payload)
                     if running is not None:
