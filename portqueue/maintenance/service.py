@@ -15,7 +15,7 @@ import contextlib
 import logging
 import random
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -53,7 +53,10 @@ class Service:
         self.batch_size = self.default_batch_size if batch_size is None else batch_size
         self.q = settings.queries
 
-    async def run(self, stopping: Callable[[], bool]) -> None:
+    async def run(self, stopping: Callable[[], bool],
+                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Passes until ``stopping()``; ``sleep`` waits between them (the
+        worker's returns early on stop, so stop() never waits an interval)."""
         while not stopping():
             try:
                 count = await self.run_once()
@@ -62,7 +65,8 @@ class Service:
             except psycopg.Error as exc:
                 log.warning("%s pass failed: %s", self.name, exc)
                 self.after_error()
-            await asyncio.sleep(self.next_sleep())
+            if not stopping():
+                await sleep(self.next_sleep())
 
     def next_sleep(self) -> float:
         return self.interval * random.uniform(0.8, 1.2)
