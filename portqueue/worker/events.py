@@ -20,7 +20,6 @@ from typing import Any
 import psycopg
 
 from portqueue import operations
-from portqueue.driver import execute_async
 from portqueue.queries import Queries
 from portqueue.worker.connections import Connections
 from portqueue.worker.registry import Registry
@@ -53,8 +52,7 @@ class EventDispatch:
     async def _emit(self, event: str, callbacks: list[Callable[..., Any]], job_ids: list[str],
                     errors: Mapping[str, dict[str, Any]]) -> None:
         try:
-            async with self._connections.pool.connection() as conn:
-                rows = await execute_async(conn, self.q("jobs_by_id", job_ids=job_ids))
+            (rows,) = await self._connections.execute(self.q("jobs_by_id", job_ids=job_ids))
         except psycopg.Error as exc:
             # The connection broke under the snapshot read: the jobs' outcomes
             # are written, only their callbacks are missed; say so rather

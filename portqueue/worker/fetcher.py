@@ -18,7 +18,7 @@ import psycopg
 from portqueue.driver import fetch_async
 from portqueue.metrics import hooks
 from portqueue.settings import Settings
-from portqueue.worker.connections import Connections, close_quietly
+from portqueue.worker.connections import Connections
 from portqueue.worker.demand import Demand
 from portqueue.worker.registry import QueueSpec
 from portqueue.worker.state import Claimed
@@ -63,7 +63,7 @@ class Fetcher:
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
-        await close_quietly(conn)
+        await self._connections.discard(conn)
 
     async def run(self) -> None:
         try:
@@ -137,7 +137,8 @@ class Fetcher:
             instance_key=self._settings.instance_key,
             worker_id=self._worker_id,
         )
-        rows = await fetch_async(await self.connect(), query, Claimed.rows)
+        conn = await self.connect()
+        rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
         traced = hooks.tracing_on()
         started = []
         for claimed in rows:

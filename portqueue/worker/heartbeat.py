@@ -19,7 +19,7 @@ import psycopg
 
 from portqueue.driver import execute_async
 from portqueue.queries import Queries, Query
-from portqueue.worker.connections import Connections, close_quietly
+from portqueue.worker.connections import Connections
 from portqueue.worker.events import EventDispatch
 from portqueue.worker.state import Running
 from portqueue.worker.stopping import Stopping
@@ -69,12 +69,12 @@ class Heartbeat:
                 except psycopg.Error as exc:
                     failures += 1
                     log.warning("worker %s: heartbeat failed (%s)", self._worker_id, exc)
-                    await close_quietly(conn)
+                    await self._connections.discard(conn)
                     conn = None
                     await self._stopping.sleep(min(0.1 * 2 ** failures, self._interval))
         finally:
             # Its session ends now, not at the next GC.
-            await close_quietly(conn)
+            await self._connections.discard(conn)
 
     async def _touch(self, conn: psycopg.AsyncConnection[Any]) -> None:
         touched = self._leases()
@@ -84,9 +84,15 @@ class Heartbeat:
             "lease_seconds": r.spec.lease_seconds,
             "progress": reports[r.claimed.id][0], "attrs": reports[r.claimed.id][1],
         } for r in touched]
-        try:
-            rows = await execute_async(conn, self.q("touch_jobs", jobs=json.dumps(payload)))
+        touch = self.q("touch_jobs", jobs=json.dumps(payload))
+
+        async def write() -> list[dict[str, Any]]:
+            rows = await execute_async(conn, touch)
             await execute_async(conn, self._registration)
+            return rows
+
+        try:
+            rows = await self._connections.within(conn, write())
         except BaseException:
             for running in touched:
                 running.report.put_back(*reports[running.claimed.id])

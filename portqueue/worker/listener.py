@@ -63,11 +63,12 @@ class Listener:
                             self._worker_id, exc)
                 await self._stopping.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
             finally:
-                await conn.close()
+                await self._connections.discard(conn)
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         for channel in (self.q.job_channel, self.q.cancel_channel):
-            await conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            await self._connections.within(conn, conn.execute(
+                psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))))
         # Jobs added while no connection listened: look now.
         self._demand.want_all()
         while not self._stopping():
