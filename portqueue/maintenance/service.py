@@ -29,6 +29,7 @@ from portqueue.settings import Settings
 log = logging.getLogger("portqueue.maintenance")
 
 STATEMENT_TIMEOUT_MS = 30_000
+TRANSACTION_DEADLINE_SECONDS = STATEMENT_TIMEOUT_MS / 1000 + 5
 
 
 def lock_key(schema: str, service: str) -> int:
@@ -80,9 +81,21 @@ class Service:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A worker-pool connection inside one transaction: the pool is
-        autocommit, and what ``begin`` takes must last until the batch ends."""
-        async with self.pool.connection() as conn, conn.transaction():
-            yield conn
+        autocommit, and what ``begin`` takes must last until the batch ends.
+
+        A transaction still open TRANSACTION_DEADLINE_SECONDS later is on a
+        connection that stopped answering (the server's statement_timeout
+        would have ended a slow statement): the connection is closed, which
+        fails the statement waiting on it at once, and the pass fails like
+        any database error instead of waiting forever."""
+        async with self.pool.connection() as conn:
+            guard = asyncio.get_running_loop().call_later(
+                TRANSACTION_DEADLINE_SECONDS, conn.pgconn.finish)
+            try:
+                async with conn.transaction():
+                    yield conn
+            finally:
+                guard.cancel()
 
     async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Take this service's lock for the transaction (``conn`` from
