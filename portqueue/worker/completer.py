@@ -13,12 +13,12 @@ outcomes slowly slows claiming instead of piling up finished jobs.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from typing import Any
 
 import psycopg
 
+from portqueue import worker_operations as ops
 from portqueue.availability import is_unavailable
 from portqueue.queries import Queries
 from portqueue.worker.connections import Connections
@@ -29,8 +29,6 @@ from portqueue.worker.outcomes import (
     Outcome,
     Settled,
     Unsure,
-    complete_query,
-    fail_query,
     failure,
 )
 from portqueue.worker.state import Running
@@ -140,13 +138,13 @@ class Completer:
         failures = [o for o in batch if isinstance(o, Failure)]
         queries = []
         if completions:
-            queries.append(complete_query(self.q, completions))
+            queries.append(ops.complete_jobs(self.q, [c.as_json() for c in completions]))
         if failures:
-            queries.append(fail_query(self.q, failures))
+            queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         results = await self._connections.execute(*queries) if queries else []
-        written = set(results[0][0]["ids"]) if completions else set()
+        written = ops.completed_ids(results[0]) if completions else set()
         if failures:
-            written.update(str(row["id"]) for row in results[-1])
+            written.update(ops.failed_ids(results[-1]))
         written.update(
             o.running.claimed.id for o in batch if isinstance(o, Settled) and o.completed)
         missing = [c for c in completions if c.running.claimed.id not in written]
@@ -160,11 +158,9 @@ class Completer:
 
     async def _settled_by_lease(self, outcomes: list[Completion] | list[Unsure]) -> dict[str, str]:
         """The status of each job whose row still holds the outcome's lease token."""
-        payload = [{"id": o.running.claimed.id, "lease_token": o.running.claimed.lease_token}
-                   for o in outcomes]
-        (rows,) = await self._connections.execute(
-            self.q("settled_by_lease", jobs=json.dumps(payload)))
-        return {str(row["id"]): row["status"] for row in rows}
+        leases = [o.running.lease for o in outcomes]
+        (rows,) = await self._connections.execute(ops.settled_by_lease(self.q, leases))
+        return ops.settled_statuses(rows)
 
     async def _resolve_unsure(self, batch: list[Outcome]) -> list[Outcome]:
         """Turn each unanswered transactional COMMIT into what happened: the

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 
 from portqueue import operations
+from portqueue import worker_operations as ops
 from portqueue.queries import Queries
 from portqueue.worker.connections import Connections
 from portqueue.worker.registry import Registry
@@ -52,7 +53,7 @@ class EventDispatch:
     async def _emit(self, event: str, callbacks: list[Callable[..., Any]], job_ids: list[str],
                     errors: Mapping[str, dict[str, Any]]) -> None:
         try:
-            (rows,) = await self._connections.execute(self.q("jobs_by_id", job_ids=job_ids))
+            (rows,) = await self._connections.execute(ops.jobs_by_id(self.q, job_ids))
         except psycopg.Error as exc:
             # The connection broke under the snapshot read: the jobs' outcomes
             # are written, only their callbacks are missed; say so rather

@@ -15,6 +15,7 @@ from typing import Any
 
 import psycopg
 
+from portqueue import worker_operations as ops
 from portqueue.driver import fetch_async
 from portqueue.metrics import hooks
 from portqueue.settings import Settings
@@ -127,16 +128,10 @@ class Fetcher:
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
         """Claim up to ``asked`` slots per queue and start what was claimed;
         returns every row (expired ones included: they used a slot)."""
-        names = list(asked)
-        q = self._settings.queries
-        query = q(
-            "claim",
-            queues=names,
-            slots=[asked[name] for name in names],
-            lease_seconds=[self._queues[name].lease_seconds for name in names],
-            instance_key=self._settings.instance_key,
-            worker_id=self._worker_id,
-        )
+        query = ops.claim(
+            self._settings.queries, slots=asked,
+            lease_seconds={name: self._queues[name].lease_seconds for name in asked},
+            instance_key=self._settings.instance_key, worker_id=self._worker_id)
         conn = await self.connect()
         rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
         traced = hooks.tracing_on()

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from portqueue import worker_operations as ops
 from portqueue.settings import Settings
 from portqueue.worker.connections import Connections
 
@@ -104,9 +105,8 @@ class HandlerConnections:
         if pids and not self._settings.poll_only:
             log.warning("worker %s: %d sync handler(s) still hold a connection; ending "
                         "their sessions", self._worker_id, len(pids))
-            q = self._settings.queries
             with contextlib.suppress(psycopg.Error):
-                await connections.execute(q("end_sessions", pids=pids))
+                await connections.execute(ops.end_sessions(self._settings.queries, pids))
 
     async def close(self) -> None:
         if self._async_pool is not None:

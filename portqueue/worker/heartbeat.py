@@ -10,13 +10,13 @@ stuck is not rescued and run again meanwhile.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
+from portqueue import worker_operations as ops
 from portqueue.driver import execute_async
 from portqueue.queries import Queries, Query
 from portqueue.worker.connections import Connections
@@ -79,12 +79,8 @@ class Heartbeat:
     async def _touch(self, conn: psycopg.AsyncConnection[Any]) -> None:
         touched = self._leases()
         reports = {r.claimed.id: r.report.take() for r in touched}
-        payload = [{
-            "id": r.claimed.id, "lease_token": r.claimed.lease_token,
-            "lease_seconds": r.spec.lease_seconds,
-            "progress": reports[r.claimed.id][0], "attrs": reports[r.claimed.id][1],
-        } for r in touched]
-        touch = self.q("touch_jobs", jobs=json.dumps(payload))
+        touch = ops.touch_jobs(self.q, [
+            ops.Touch(r.lease, r.spec.lease_seconds, *reports[r.claimed.id]) for r in touched])
 
         async def write() -> list[dict[str, Any]]:
             rows = await execute_async(conn, touch)
@@ -97,7 +93,7 @@ class Heartbeat:
             for running in touched:
                 running.report.put_back(*reports[running.claimed.id])
             raise
-        alive = {str(row["id"]): row["cancel_requested"] for row in rows}
+        alive = ops.touched(rows)
         for running in touched:
             job_id = running.claimed.id
             if job_id not in alive:

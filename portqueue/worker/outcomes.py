@@ -10,7 +10,6 @@ from typing import Any
 import psycopg
 
 from portqueue import validation
-from portqueue.queries import Queries, Query
 from portqueue.worker.backoff import retry_delay
 from portqueue.worker.state import Running
 
@@ -86,16 +85,6 @@ class Unsure:
 
 
 Outcome = Completion | Failure | Settled | Unsure
-
-
-def complete_query(q: Queries, completions: list[Completion]) -> Query:
-    """The fenced write of ``completions`` (the completer's batch, or one
-    handler's inside its job.transaction())."""
-    return q("complete_jobs", jobs="[" + ",".join(c.as_json() for c in completions) + "]")
-
-
-def fail_query(q: Queries, failures: list[Failure]) -> Query:
-    return q("fail_jobs", jobs="[" + ",".join(f.as_json() for f in failures) + "]")
 
 
 def unsettled(running: Running, completing: Completion, exc: BaseException,

@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from portqueue import worker_operations as ops
 from portqueue.driver import execute_async, execute_sync
 from portqueue.metrics import hooks
 from portqueue.settings import Settings
@@ -24,7 +25,6 @@ from portqueue.worker.outcomes import (
     Completion,
     Outcome,
     Settled,
-    complete_query,
     completion,
     failure,
     unsettled,
@@ -178,9 +178,9 @@ class Runners:
             return outcome
         completed = False
         try:
-            (row,) = execute_sync(job.open_transaction,
-                                  complete_query(self._settings.queries, [outcome]))
-            completed = bool(row["ids"])
+            rows = execute_sync(job.open_transaction,
+                                ops.complete_jobs(self._settings.queries, [outcome.as_json()]))
+            completed = bool(ops.completed_ids(rows))
             job.close_transaction(commit=completed)
         except BaseException as exc:
             job.close_transaction(commit=False)
@@ -203,9 +203,10 @@ class Runners:
             return outcome
         completed = False
         try:
-            (row,) = await execute_async(job.open_transaction,
-                                         complete_query(self._settings.queries, [outcome]))
-            completed = bool(row["ids"])
+            rows = await execute_async(
+                job.open_transaction,
+                ops.complete_jobs(self._settings.queries, [outcome.as_json()]))
+            completed = bool(ops.completed_ids(rows))
             await job.close_transaction(commit=completed)
         except BaseException as exc:
             await job.close_transaction(commit=False)

@@ -21,13 +21,13 @@ follows it, for what did not end in time.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 
+from portqueue import worker_operations as ops
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.queries import Query
 from portqueue.settings import Settings
@@ -117,7 +117,7 @@ class Worker:
                                self.runners.start,
                                lambda ids: self.events.emit_later("job_started", ids))
         await self.connections.open()
-        await self.connections.execute(*[self.q("upsert_queue", **spec.queue_row())
+        await self.connections.execute(*[ops.upsert_queue(self.q, spec.queue_row())
                                          for spec in self.queues.values()])
         await self.connections.execute(self._registration())
         if self.queues:  # a scheduler/maintenance-only worker claims nothing
@@ -148,8 +148,8 @@ class Worker:
         return interval
 
     def _registration(self) -> Query:
-        return self.q(
-            "register_worker", id=self.id, instance_key=self.settings.instance_key,
+        return ops.register_worker(
+            self.q, worker_id=self.id, instance_key=self.settings.instance_key,
             hostname=socket.gethostname(), pid=os.getpid(), queues=list(self.queues),
             concurrency=sum(spec.concurrency for spec in self.queues.values()))
 
@@ -195,7 +195,7 @@ class Worker:
         await self._end_loops()
         await self.fetcher.close()  # its own, unless its loop never ran
         await self._within_budget(
-            self.connections.execute(self.q("unregister_worker", id=self.id)),
+            self.connections.execute(ops.unregister_worker(self.q, self.id)),
             "unregistering")
         await self.connections.close()
         await self.handlers.close()
@@ -269,8 +269,6 @@ class Worker:
     async def _release_running(self) -> None:
         released, self._released = self._released, []
         if released:
-            payload = [{"id": r.claimed.id, "lease_token": r.claimed.lease_token}
-                       for r in released]
             rows = await self.connections.execute(
-                self.q("release_jobs", jobs=json.dumps(payload)))
+                ops.release_jobs(self.q, [r.lease for r in released]))
             log.info("worker %s released %d running job(s) to pending", self.id, len(rows[-1]))

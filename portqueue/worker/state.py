@@ -16,6 +16,7 @@ from portqueue.types import RetryPolicy
 from portqueue.worker.job import AsyncJob, Job, JobReport
 from portqueue.worker.registry import QueueSpec
 from portqueue.worker.signal import SignalState
+from portqueue.worker_operations import Lease
 
 
 class Claimed(NamedTuple):
@@ -69,6 +70,10 @@ class Running:
     # released, lease lost): any later outcome of the handler is dropped.
     settled: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.claimed.id, self.claimed.lease_token)
 
 
 class RunningJobs:
