@@ -36,6 +36,11 @@ from portqueue.worker.state import Running
 log = logging.getLogger("portqueue.worker")
 
 MAX_BATCH = 1000
+# The backlog cap, per slot of the worker's total concurrency: a small one
+# makes the fetcher wait for every write under load, a large one lets a
+# worker whose writes are stuck run that many more jobs before it stops
+# claiming (measured: see docs/performance.md, "The worker in parts").
+BACKLOG_PER_SLOT = 4
 RETRY_MAX_SECONDS = 10.0
 # Shutting down with no database: after this many failed writes in a row the
 # outcomes are given up (their leases lapse and the rescuer hands the jobs out).

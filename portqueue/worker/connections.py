@@ -149,26 +149,26 @@ class Connections:
         once its role's client-side deadline passes."""
         role = self._open.get(conn, "worker")
         deadline = client_deadline(role)
-        task = asyncio.ensure_future(work)
-        try:
-            done, _ = await asyncio.wait({task}, timeout=deadline)
-        except asyncio.CancelledError:
-            # stop() ends what waits here: the connection goes with it.
-            await self._abandon(conn, task)
-            raise
-        if done:
-            return task.result()
-        await self._abandon(conn, task)
-        raise StatementDeadline(f"the {role} connection did not answer within {deadline:.0f}s")
+        expired: list[bool] = []
 
-    @staticmethod
-    async def _abandon(conn: psycopg.AsyncConnection[Any], task: asyncio.Future[Any]) -> None:
-        """Closed first, then cancelled: cancelled first, psycopg would ask the
-        server to cancel the statement and wait seconds more for an answer
-        that, on a connection that stopped answering, never comes."""
-        await close_quietly(conn)
-        task.cancel()
-        await asyncio.wait({task}, timeout=1.0)
+        def expire() -> None:
+            # Closed, not cancelled: psycopg would ask the server to cancel the
+            # statement and wait seconds more for an answer that, on a
+            # connection that stopped answering, never comes. Closing fails
+            # the statement waiting on it at once.
+            expired.append(True)
+            conn.pgconn.finish()
+
+        timer = asyncio.get_running_loop().call_later(deadline, expire)
+        try:
+            return await work
+        except psycopg.Error as exc:
+            if expired:
+                raise StatementDeadline(
+                    f"the {role} connection did not answer within {deadline:.0f}s") from exc
+            raise
+        finally:
+            timer.cancel()
 
     async def check_after(self, error: BaseException) -> bool:
         """After a restart, a failover or terminated sessions, the pool's idle

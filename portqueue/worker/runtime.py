@@ -31,7 +31,7 @@ from portqueue import worker_operations as ops
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.queries import Query
 from portqueue.settings import Settings
-from portqueue.worker.completer import Completer
+from portqueue.worker.completer import BACKLOG_PER_SLOT, Completer
 from portqueue.worker.connections import Connections
 from portqueue.worker.demand import Demand
 from portqueue.worker.events import EventDispatch
@@ -95,7 +95,12 @@ class Worker:
 
     async def start(self) -> None:
         self.loop = asyncio.get_running_loop()
+        # Two stages: ``stopping`` ends claims and the maintenance services at
+        # once; ``closing``, set once the drain is over and the last outcomes
+        # are written, ends the heartbeat (which keeps the leases of the jobs
+        # still running meanwhile) and the listener (which delivers cancels).
         self.stopping = Stopping()
+        self.closing = Stopping()
         self._abort = asyncio.Event()
         self.jobs = RunningJobs()
         self._released: list[Running] = []  # settled by stop(), to release
@@ -104,10 +109,10 @@ class Worker:
         self.events = EventDispatch(self.registry, self.connections, self.q, self.id)
         total = sum(spec.concurrency for spec in self.queues.values())
         self.completer = Completer(self.connections, self.q, self.events, self.id,
-                                   backlog_cap=max(2 * total, 1))
+                                   backlog_cap=max(BACKLOG_PER_SLOT * total, 1))
         self.handlers = HandlerConnections(self.settings, self.id)
         self.heartbeat = Heartbeat(
-            self.connections, self.q, self.events, self.stopping, self._registration(),
+            self.connections, self.q, self.events, self.closing, self._registration(),
             self._heartbeat_interval(), self.id,
             leases=lambda: [*self.jobs.unsettled(), *self.completer.pending()])
         self.runners = Runners(self.settings, self.queues, self.jobs, self.demand,
@@ -126,7 +131,7 @@ class Worker:
         self._completing = asyncio.create_task(self.completer.run(), name="portqueue-completer")
         self._spawn(self.heartbeat.run(), "heartbeat")
         if not self.settings.poll_only:
-            listener = Listener(self.connections, self.q, self.demand, self.jobs, self.stopping,
+            listener = Listener(self.connections, self.q, self.demand, self.jobs, self.closing,
                                 self.id, self.listen_check_seconds)
             self._spawn(listener.run(), "listener")
         services = []
@@ -164,6 +169,7 @@ class Worker:
                 self.fatal = exc
                 self._abort.set()
                 self.stopping.set()
+                self.closing.set()
                 self.on_fatal()
 
         self._tasks.append(asyncio.create_task(guarded(), name=f"portqueue-{name}"))
@@ -192,6 +198,7 @@ class Worker:
         # then exits: cancelling it mid-write would lose finished outcomes.
         self.completer.close()
         await self._within_budget(self._completing, "writing outcomes")
+        self.closing.set()
         await self._end_loops()
         await self.fetcher.close()  # its own, unless its loop never ran
         await self._within_budget(

@@ -15,12 +15,13 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.worker import connections
+from portqueue.worker.completer import BACKLOG_PER_SLOT
 from tests.faults.harness import count_where
 from tests.faults.proxy import Proxy
 from tests.support.waiting import wait_until
 
 CONCURRENCY = 2
-BACKLOG_CAP = 2 * CONCURRENCY  # runtime: twice the total concurrency
+BACKLOG_CAP = BACKLOG_PER_SLOT * CONCURRENCY
 LEASE_SECONDS = 3
 # Long enough for every lease to have lapsed twice over if nothing extended
 # it, short enough for the test.
