@@ -72,17 +72,17 @@ import systems  # noqa: E402
 
 CHILD = BENCH / "child.py"
 SCENARIOS = ["enqueue_single", "enqueue_bulk", "drain", "latency", "drain_big_table",
-             "multi_process", "soak"]
+             "multi_process", "multi_queue", "soak"]
 
 FULL = {
     "enqueue_single": 5_000, "enqueue_bulk": 50_000, "bulk_batch": 1_000, "drain": 20_000,
     "latency": 500, "latency_rate": 100.0, "big_finished": 1_000_000, "big_delayed": 100_000,
-    "multi_processes": 4, "soak": 200_000,
+    "multi_processes": 4, "multi_queue": 1_000, "soak": 200_000,
 }
 QUICK = {
     "enqueue_single": 500, "enqueue_bulk": 5_000, "bulk_batch": 1_000, "drain": 2_000,
     "latency": 100, "latency_rate": 100.0, "big_finished": 50_000, "big_delayed": 5_000,
-    "multi_processes": 4, "soak": 10_000,
+    "multi_processes": 4, "multi_queue": 200, "soak": 10_000,
 }
 
 # (scenario, metric, unit, higher_is_better)
@@ -95,6 +95,9 @@ METRICS = [
     ("latency", "p99_ms", "ms", False),
     ("drain_big_table", "rate", "jobs/s", True),
     ("multi_process", "rate", "jobs/s", True),
+    ("multi_queue", "rate", "jobs/s", True),
+    ("multi_queue", "single_rate", "jobs/s", True),
+    ("multi_queue", "ratio", "x", True),
     ("soak", "rate", "jobs/s", True),
     ("soak", "rss_start_mb", "MB", False),
     ("soak", "rss_end_mb", "MB", False),
@@ -102,6 +105,8 @@ METRICS = [
 ]
 
 DRAIN_TIMEOUT_SECONDS = 1800
+MULTI_QUEUE_CONCURRENCY = 20
+MULTI_QUEUE_HANDLER_MS = 5
 
 
 class BenchError(RuntimeError):
@@ -210,8 +215,10 @@ class Bench:
         systems.get(system).setup(dsn)
         return dsn
 
-    def child_args(self, role: str, system: str, dsn: str, *extra: str) -> list[str]:
-        return [role, system, dsn, "--settings", json.dumps(self.settings[system]), *extra]
+    def child_args(self, role: str, system: str, dsn: str, *extra: str,
+                   settings: dict[str, Any] | None = None) -> list[str]:
+        chosen = self.settings[system] if settings is None else settings
+        return [role, system, dsn, "--settings", json.dumps(chosen), *extra]
 
     # --- helpers shared by scenarios ---
 
@@ -244,7 +251,7 @@ class Bench:
         return time.perf_counter() - start
 
     def drain(self, system: str, n: int, processes: int = 1, big_table: bool = False,
-              soak: bool = False) -> dict[str, Any]:
+              soak: bool = False, settings: dict[str, Any] | None = None) -> dict[str, Any]:
         """Pre-add n jobs, start the workers, and time from the first handler call
         (any process) to the moment the database shows every job finished."""
         dsn = self.fresh_database(system)
@@ -258,7 +265,8 @@ class Bench:
         report_every = 1000 if soak else 200
         events: queue.Queue[tuple[Child, dict[str, Any]]] = queue.Queue()
         children = [Child(self.child_args("worker", system, dsn,
-                                          "--report-every", str(report_every)),
+                                          "--report-every", str(report_every),
+                                          settings=settings),
                           events, f"{system}-worker{i}") for i in range(processes)]
         try:
             counts = {id(c): 0 for c in children}
@@ -318,6 +326,26 @@ class Bench:
                 c.stop()
 
     # --- scenarios ---
+
+    def multi_queue(self, system: str) -> dict[str, Any]:
+        """The same drain by a worker of that queue only and by a worker that also
+        consumes two empty queues, one after the other (the order alternates
+        between runs); the ratio is three queues / one queue. Concurrency 20 per
+        queue (issue 22's figures), and handlers that wait on I/O for 5 ms: a
+        no-op one frees its slot before the worker's next claim returns, which
+        hides a lost wake-up."""
+        n = self.sizes["multi_queue"]
+        one = {**self.settings[system], "concurrency": MULTI_QUEUE_CONCURRENCY,
+               "handler_io_ms": MULTI_QUEUE_HANDLER_MS}
+        three = {**one, "extra_queues": 2}
+        self.multi_queue_runs = getattr(self, "multi_queue_runs", 0) + 1
+        order = [one, three] if self.multi_queue_runs % 2 else [three, one]
+        rates = {}
+        for settings in order:
+            rates["multi" if settings is three else "single"] = self.drain(
+                system, n, settings=settings)["rate"]
+        return {"n": n, "rate": rates["multi"], "single_rate": rates["single"],
+                "ratio": round(rates["multi"] / rates["single"], 3)}
 
     def enqueue(self, system: str, mode: str) -> dict[str, Any]:
         dsn = self.fresh_database(system)
@@ -436,6 +464,8 @@ class Bench:
         if scenario == "multi_process":
             return self.drain(system, self.sizes["drain"],
                               processes=self.sizes["multi_processes"])
+        if scenario == "multi_queue":
+            return self.multi_queue(system)
         if scenario == "soak":
             return self.drain(system, self.sizes["soak"], soak=True)
         raise ValueError(scenario)
@@ -468,6 +498,8 @@ def pct(sorted_values: list[float], p: float) -> float:
 
 def systems_for(scenario: str, chosen: list[str]) -> list[str]:
     names = list(chosen)
+    if scenario == "multi_queue":  # a portqueue worker's wake-ups, not a comparison
+        return [name for name in chosen if name == "portqueue"]
     if scenario == "latency" and "rawsql" in chosen:
         names.append("listen_notify")
     return names
@@ -518,8 +550,8 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]], chosen: list[str
         rows.append(row)
     out.append(table(["scenario / metric", *all_systems], rows))
 
-    if "portqueue" in all_systems:
-        others = [s for s in all_systems if s != "portqueue"]
+    others = [s for s in all_systems if s != "portqueue"]
+    if "portqueue" in all_systems and others:
         out += ["", "Ratios portqueue / other, per run, median (min-max); "
                 "for rates > 1 means portqueue is faster, for ms and MB < 1 means better:", ""]
         rows = []
@@ -640,7 +672,7 @@ def main() -> None:
                 results.setdefault(scenario, {}).setdefault(system, []).append(result)
                 shown = {k: v for k, v in result.items()
                          if k in ("rate", "p50_ms", "p99_ms", "rss_growth_pct", "load_s",
-                                  "missing")}
+                                  "missing", "single_rate", "ratio")}
                 print(f"{shown} [{took:.0f}s]", flush=True)
 
     if not args.keep_databases:

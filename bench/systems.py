@@ -129,9 +129,18 @@ class PortQueueSystem:
 
         client = AsyncPortQueue(worker_dsn(dsn, settings))
 
+        io_seconds = settings.get("handler_io_ms", 0) / 1000
+
         @client.handler(QUEUE, concurrency=settings["concurrency"])
         async def handle(job: Any) -> None:
             on_job(job.data)
+            if io_seconds:  # multi_queue: a handler waiting on I/O for a moment
+                await asyncio.sleep(io_seconds)
+
+        # multi_queue: the same worker also consumes this many empty queues.
+        for extra in range(settings.get("extra_queues", 0)):
+            client.create_queue(queue=f"{QUEUE}-idle-{extra}", handler=handle,
+                                concurrency=settings["concurrency"])
 
         await client.start()
         await stop.wait()

@@ -120,7 +120,7 @@ def _serve_metrics(client: PortQueue | AsyncPortQueue, port: int, host: str) -> 
         "serving metrics at http://%s:%d/metrics", host, server.server_port)
 
 
-# Threads running sync handlers carry this name prefix (portqueue.worker.runtime).
+# Threads running sync handlers carry this name prefix (portqueue.worker.runner).
 HANDLER_THREAD_PREFIX = "portqueue-handler"
 # How long a stopped worker's idle handler threads get to wind down.
 HANDLER_THREAD_JOIN_SECONDS = 2.0

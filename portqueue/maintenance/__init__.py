@@ -23,7 +23,8 @@ from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES
 class Service(Protocol):
     name: str
 
-    def run(self, stopping: Callable[[], bool]) -> Awaitable[None]: ...
+    def run(self, stopping: Callable[[], bool],
+            sleep: Callable[[float], Awaitable[None]] = ...) -> Awaitable[None]: ...
 
 
 class MaintenanceService(Service, Protocol):

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import random
 import zlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -29,6 +29,7 @@ from portqueue.settings import Settings
 log = logging.getLogger("portqueue.maintenance")
 
 STATEMENT_TIMEOUT_MS = 30_000
+TRANSACTION_DEADLINE_SECONDS = STATEMENT_TIMEOUT_MS / 1000 + 5
 
 
 def lock_key(schema: str, service: str) -> int:
@@ -53,7 +54,10 @@ class Service:
         self.batch_size = self.default_batch_size if batch_size is None else batch_size
         self.q = settings.queries
 
-    async def run(self, stopping: Callable[[], bool]) -> None:
+    async def run(self, stopping: Callable[[], bool],
+                  sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
+        """Passes until ``stopping()``; ``sleep`` waits between them (the
+        worker's returns early on stop, so stop() never waits an interval)."""
         while not stopping():
             try:
                 count = await self.run_once()
@@ -62,7 +66,8 @@ class Service:
             except psycopg.Error as exc:
                 log.warning("%s pass failed: %s", self.name, exc)
                 self.after_error()
-            await asyncio.sleep(self.next_sleep())
+            if not stopping():
+                await sleep(self.next_sleep())
 
     def next_sleep(self) -> float:
         return self.interval * random.uniform(0.8, 1.2)
@@ -76,9 +81,21 @@ class Service:
     @contextlib.asynccontextmanager
     async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A worker-pool connection inside one transaction: the pool is
-        autocommit, and what ``begin`` takes must last until the batch ends."""
-        async with self.pool.connection() as conn, conn.transaction():
-            yield conn
+        autocommit, and what ``begin`` takes must last until the batch ends.
+
+        A transaction still open TRANSACTION_DEADLINE_SECONDS later is on a
+        connection that stopped answering (the server's statement_timeout
+        would have ended a slow statement): the connection is closed, which
+        fails the statement waiting on it at once, and the pass fails like
+        any database error instead of waiting forever."""
+        async with self.pool.connection() as conn:
+            guard = asyncio.get_running_loop().call_later(
+                TRANSACTION_DEADLINE_SECONDS, conn.pgconn.finish)
+            try:
+                async with conn.transaction():
+                    yield conn
+            finally:
+                guard.cancel()
 
     async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Take this service's lock for the transaction (``conn`` from

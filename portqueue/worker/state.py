@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -14,6 +16,7 @@ from portqueue.types import RetryPolicy
 from portqueue.worker.job import AsyncJob, Job, JobReport
 from portqueue.worker.registry import QueueSpec
 from portqueue.worker.signal import SignalState
+from portqueue.worker_operations import Lease
 
 
 class Claimed(NamedTuple):
@@ -42,7 +45,8 @@ class Claimed(NamedTuple):
     def retry(self) -> RetryPolicy:
         """Decoded only when an attempt fails, not for every job claimed."""
         retry = retry_policy_of(self._asdict())
-        assert retry is not None, "a job always has max_attempts"
+        if retry is None:  # the claim always returns max_attempts
+            raise ValueError(f"job {self.id}: the claim returned no retry policy")
         return retry
 
     @classmethod
@@ -66,3 +70,39 @@ class Running:
     # released, lease lost): any later outcome of the handler is dropped.
     settled: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.claimed.id, self.claimed.lease_token)
+
+
+class RunningJobs:
+    """The jobs this worker runs now, by id (the runners add and remove them;
+    the heartbeat, the listener and stop() read them). ``idle`` is set while
+    none runs."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Running] = {}
+        self.idle = asyncio.Event()
+        self.idle.set()
+
+    def add(self, running: Running) -> None:
+        self._by_id[running.claimed.id] = running
+        self.idle.clear()
+
+    def remove(self, running: Running) -> None:
+        self._by_id.pop(running.claimed.id, None)
+        if not self._by_id:
+            self.idle.set()
+
+    def get(self, job_id: str) -> Running | None:
+        return self._by_id.get(job_id)
+
+    def unsettled(self) -> list[Running]:
+        return [running for running in self._by_id.values() if not running.settled]
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[Running]:
+        return iter(list(self._by_id.values()))

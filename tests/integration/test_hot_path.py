@@ -275,13 +275,13 @@ async def test_the_worker_pool_runs_one_statement_alone_and_several_in_one_trans
         spec = next(iter(worker.queues.values()))
         write = queries_for(schema)("upsert_queue", **{**spec.queue_row(), "queue": "half"})
         with pytest.raises(psycopg.errors.DivisionByZero):
-            await worker._execute(write, Query("fails", "SELECT 1 / 0", {}))
+            await worker.connections.execute(write, Query("fails", "SELECT 1 / 0", {}))
         assert db.execute(sql.SQL("SELECT count(*) FROM {}.queue WHERE name = 'half'").format(
             sql.Identifier(schema))).fetchone() == (0,), "the first statement was rolled back"
-        await worker._execute(write)
+        await worker.connections.execute(write)
         assert db.execute(sql.SQL("SELECT count(*) FROM {}.queue WHERE name = 'half'").format(
             sql.Identifier(schema))).fetchone() == (1,), "one statement commits alone"
-        for service in maintenance_services(worker.settings, worker.pool):
+        for service in maintenance_services(worker.settings, worker.connections.pool):
             await service.run_once()
         states = db.execute(
             "SELECT state FROM pg_stat_activity WHERE datname = current_database() "

@@ -33,7 +33,7 @@ def stopping(client: Any) -> Callable[[], bool]:
     """True once the client's worker has begun stopping (its claims are over).
     Read before stop() is called: the client forgets its worker as stop begins."""
     worker = client._host.worker
-    return lambda: bool(worker._stopping)
+    return lambda: worker.stopping()
 
 
 def test_stop_waits_for_in_flight_handlers(harness: SyncHarness, db: Db, schema: str) -> None:

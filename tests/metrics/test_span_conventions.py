@@ -105,6 +105,9 @@ def test_the_worker_processes_in_process_spans_and_names_a_failures_type(
         assert span.attributes["messaging.destination.name"] == "emails"
         assert span.attributes[MESSAGE_ID] == job_id
         assert BATCH not in span.attributes
+        # The worker's own DSN names the server on the run span.
+        server = server_of(pq._settings.dsn)
+        assert {key: span.attributes.get(key) for key in server} == server
     assert failed.attributes["error.type"] == f"{__name__}.Bounced"
     assert failed.status.status_code is StatusCode.ERROR
     assert [event.name for event in failed.events] == ["exception"]

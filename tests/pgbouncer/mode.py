@@ -65,6 +65,14 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_listener_is_the_only_extra_connection_and_it_names_itself": _NOTIFY,
     "tests/integration/test_worker_wakeups.py::"
     "test_claims_run_on_one_session_of_their_own": _SERVER_CONNECTIONS,
+    "tests/integration/test_worker_frozen_session.py::"
+    "test_a_frozen_maintenance_transaction_loses_its_lock_within_seconds":
+        "relies on idle_in_transaction_session_timeout, sent as a startup option, which "
+        "poll_only leaves out (PgBouncer refuses it)",
+    "tests/integration/test_worker_multi_queue.py::"
+    "test_a_freed_slot_of_a_full_queue_claims_it_whatever_the_other_queues_returned": _NOTIFY,
+    "tests/integration/test_worker_multi_queue.py::"
+    "test_a_notify_claims_only_the_queue_it_names": _NOTIFY,
     "tests/integration/test_commit_durability.py::"
     "test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producers":
         "sets synchronous_commit with the `options` startup parameter, which PgBouncer "

@@ -12,9 +12,6 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "portqueue"
-# Owned by another branch of issue 16, which removes its asserts; the
-# coordinator drops this exclusion after merging it.
-EXCLUDED = (PACKAGE / "worker",)
 
 
 def asserts_in(path: Path) -> list[int]:
@@ -25,8 +22,6 @@ def asserts_in(path: Path) -> list[int]:
 def test_no_assert_statement_in_the_package() -> None:
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        if any(path.is_relative_to(excluded) for excluded in EXCLUDED):
-            continue
         lines = asserts_in(path)
         if lines:
             found[str(path.relative_to(PACKAGE.parent))] = lines

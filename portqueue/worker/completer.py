@@ -1,0 +1,223 @@
+"""The completer: writes the runners' outcomes in batches, fenced by lease token.
+
+Outcomes arriving during a write go in the next one, so batches grow with
+load while an idle worker writes each outcome at once; a batch holds at most
+``MAX_BATCH`` outcomes (at most two statements, one transaction). While
+outcomes wait, their jobs' leases are still this worker's: ``pending()``
+lists them for the heartbeat, so a job whose outcome is stuck is not rescued
+and run again, nor failed with LeaseExpired. While ``backlog_cap`` or more
+wait, ``room`` is clear and the fetcher claims nothing: a database that takes
+outcomes slowly slows claiming instead of piling up finished jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+
+from portqueue import worker_operations as ops
+from portqueue.availability import is_unavailable
+from portqueue.queries import Queries
+from portqueue.worker.connections import Connections
+from portqueue.worker.events import EventDispatch
+from portqueue.worker.outcomes import (
+    Completion,
+    Failure,
+    Outcome,
+    Settled,
+    Unsure,
+    failure,
+)
+from portqueue.worker.state import Running
+
+log = logging.getLogger("portqueue.worker")
+
+MAX_BATCH = 1000
+# The backlog cap, per slot of the worker's total concurrency: a small one
+# makes the fetcher wait for every write under load, a large one lets a
+# worker whose writes are stuck run that many more jobs before it stops
+# claiming (measured: see docs/performance.md, "The worker in parts").
+BACKLOG_PER_SLOT = 4
+RETRY_MAX_SECONDS = 10.0
+# Shutting down with no database: after this many failed writes in a row the
+# outcomes are given up (their leases lapse and the rescuer hands the jobs out).
+CLOSING_ATTEMPTS = 5
+
+
+class Completer:
+    def __init__(self, connections: Connections, queries: Queries, events: EventDispatch,
+                 worker_id: str, backlog_cap: int) -> None:
+        self._connections = connections
+        self.q = queries
+        self._events = events
+        self._worker_id = worker_id
+        self._backlog_cap = backlog_cap
+        self._waiting: list[Outcome] = []
+        self._writing: list[Outcome] = []
+        self._ready = asyncio.Event()
+        self._closing = False
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def add(self, outcome: Outcome) -> None:
+        self._waiting.append(outcome)
+        self._ready.set()
+        self._update_room()
+
+    def pending(self) -> list[Running]:
+        """The jobs whose outcome is not written yet: their leases are still held."""
+        return [outcome.running for outcome in (*self._writing, *self._waiting)]
+
+    def close(self) -> None:
+        """Write what is queued, then end ``run``."""
+        self._closing = True
+        self._ready.set()
+
+    async def run(self) -> None:
+        while True:
+            await self._ready.wait()
+            self._ready.clear()
+            await self._flush()
+            if self._closing and not self._waiting:
+                return
+
+    def _update_room(self) -> None:
+        if len(self._waiting) + len(self._writing) < self._backlog_cap:
+            self.room.set()
+        else:
+            self.room.clear()
+
+    async def _flush(self) -> None:
+        failures = 0
+        retried_at_once = False
+        while self._waiting:
+            batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+            self._writing = batch
+            try:
+                await self._write_isolating(batch)
+                failures = 0
+            except psycopg.Error as exc:  # only retryable ones leave _write_isolating
+                failures += 1
+                if self._closing and failures > CLOSING_ATTEMPTS:
+                    log.error("worker %s: giving up on %d outcome(s): %s", self._worker_id,
+                              len(batch) + len(self._waiting), exc)
+                    self._waiting = []
+                    return
+                self._waiting = batch + self._waiting
+                # As in the fetcher: an ended session is retried at once.
+                at_once = await self._connections.check_after(exc) and not retried_at_once
+                retried_at_once = at_once
+                delay = 0.05 if at_once else min(0.1 * 2 ** failures, RETRY_MAX_SECONDS)
+                log.warning("worker %s: writing %d outcome(s) failed (%s); retrying in %.1fs",
+                            self._worker_id, len(batch), exc, delay)
+                await asyncio.sleep(delay)
+            finally:
+                self._writing = []
+                self._update_room()
+
+    async def _write_isolating(self, batch: list[Outcome]) -> None:
+        """Write a batch; if the database refuses it (not the connection: that is
+        retried by the caller), split it so one bad outcome cannot hold back the
+        rest. A single refused outcome is dropped: its lease lapses and the
+        rescuer hands the job out again."""
+        try:
+            await self._write(batch)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) or is_unavailable(exc):
+                raise  # the database, not the outcome: retried whole (read-only too)
+            if len(batch) == 1:
+                claimed = batch[0].running.claimed
+                log.error("job %s on %r: the database refused its outcome (%s); it will be "
+                          "rescued when its lease lapses", claimed.id, claimed.queue, exc)
+                return
+            middle = len(batch) // 2
+            await self._write_isolating(batch[:middle])
+            await self._write_isolating(batch[middle:])
+
+    async def _write(self, batch: list[Outcome]) -> None:
+        batch = await self._resolve_unsure(batch)
+        completions = [o for o in batch if isinstance(o, Completion)]
+        failures = [o for o in batch if isinstance(o, Failure)]
+        queries = []
+        if completions:
+            queries.append(ops.complete_jobs(self.q, [c.as_json() for c in completions]))
+        if failures:
+            queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
+        results = await self._connections.execute(*queries) if queries else []
+        written = ops.completed_ids(results[0]) if completions else set()
+        if failures:
+            written.update(ops.failed_ids(results[-1]))
+        written.update(
+            o.running.claimed.id for o in batch if isinstance(o, Settled) and o.completed)
+        missing = [c for c in completions if c.running.claimed.id not in written]
+        if missing:
+            # A retried batch whose first COMMIT landed unanswered finds its
+            # rows already completed by the same lease token: written, not lost.
+            statuses = await self._settled_by_lease(missing)
+            written.update(c.running.claimed.id for c in missing
+                           if statuses.get(c.running.claimed.id) == c.status)
+        self._report(batch, written)
+
+    async def _settled_by_lease(self, outcomes: list[Completion] | list[Unsure]) -> dict[str, str]:
+        """The status of each job whose row still holds the outcome's lease token."""
+        leases = [o.running.lease for o in outcomes]
+        (rows,) = await self._connections.execute(ops.settled_by_lease(self.q, leases))
+        return ops.settled_statuses(rows)
+
+    async def _resolve_unsure(self, batch: list[Outcome]) -> list[Outcome]:
+        """Turn each unanswered transactional COMMIT into what happened: the
+        completion landed (settled), it did not (the attempt failed, nothing
+        of it written), or the lease was lost meanwhile."""
+        unsure = [o for o in batch if isinstance(o, Unsure)]
+        if not unsure:
+            return batch
+        statuses = await self._settled_by_lease(unsure)
+        resolved: list[Outcome] = [o for o in batch if not isinstance(o, Unsure)]
+        for outcome in unsure:
+            status = statuses.get(outcome.running.claimed.id)
+            if status == "active":
+                resolved.append(failure(outcome.running, outcome.error))
+            else:
+                landed = status == outcome.completion.status
+                resolved.append(Settled(outcome.running, completed=landed,
+                                        status=outcome.completion.status))
+        return resolved
+
+    def _report(self, batch: list[Outcome], written: set[str]) -> None:
+        events: dict[str, list[str]] = {}
+        errors: dict[str, dict[str, Any]] = {}
+        for outcome in batch:
+            claimed = outcome.running.claimed
+            if claimed.id not in written:
+                log.warning("job %s on %r: lease lost; its outcome was refused", claimed.id,
+                            claimed.queue)
+                continue
+            event = self._event_of(outcome)
+            if isinstance(outcome, Failure):
+                errors[claimed.id] = outcome.error
+            events.setdefault(event, []).append(claimed.id)
+        for event, job_ids in events.items():
+            self._events.emit_later(event, job_ids, errors)
+
+    @staticmethod
+    def _event_of(outcome: Outcome) -> str:
+        claimed = outcome.running.claimed
+        if isinstance(outcome, Failure) and outcome.status == "cancelled":
+            log.info("job %s on %r cancelled (raised %s after its cancel signal)", claimed.id,
+                     claimed.queue, outcome.error["type"])
+            return "job_cancelled"
+        if isinstance(outcome, Failure):
+            level = logging.WARNING if outcome.retry else logging.ERROR
+            log.log(level, "job %s on %r failed (attempt %d/%d%s): %s: %s", claimed.id,
+                    claimed.queue, claimed.attempt, claimed.max_attempts,
+                    ", will retry" if outcome.retry else "", outcome.error["type"],
+                    outcome.error["message"])
+            return "job_retrying" if outcome.retry else "job_failed"
+        if isinstance(outcome, Completion | Settled) and outcome.status == "cancelled":
+            # A job.transaction() handler that returned after its cancel
+            # signal wrote status 'cancelled' too.
+            return "job_cancelled"
+        return "job_completed"

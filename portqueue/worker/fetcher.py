@@ -1,0 +1,154 @@
+"""The fetcher: the claim loop, on a session of its own.
+
+It claims the queues ``Demand`` says are due, up to their free slots, in one
+statement, and hands each claimed job to the runners. It waits for "a queue
+is due, the poll interval, or stop", whichever comes first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import psycopg
+
+from portqueue import worker_operations as ops
+from portqueue.driver import fetch_async
+from portqueue.metrics import hooks
+from portqueue.settings import Settings
+from portqueue.worker.connections import Connections
+from portqueue.worker.demand import Demand
+from portqueue.worker.patterns import UNJUDGED, PatternVerdicts
+from portqueue.worker.registry import QueueSpec
+from portqueue.worker.state import Claimed
+from portqueue.worker.stopping import Stopping
+
+log = logging.getLogger("portqueue.worker")
+
+RECONNECT_MAX_SECONDS = 10.0
+
+
+class Fetcher:
+    def __init__(self, settings: Settings, connections: Connections,
+                 queues: Mapping[str, QueueSpec], demand: Demand, stopping: Stopping,
+                 room: asyncio.Event, poll_interval: float, worker_id: str,
+                 start: Callable[[Claimed, bool], None],
+                 started: Callable[[list[str]], None]) -> None:
+        self._settings = settings
+        self._connections = connections
+        self._queues = queues
+        self._demand = demand
+        self._stopping = stopping
+        self._room = room
+        self._poll_interval = poll_interval
+        self._worker_id = worker_id
+        self._start = start
+        self._started = started
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._patterns = PatternVerdicts(settings.instance_key)
+        # Held from a claim until its runners exist: stop() takes it before
+        # draining, so a claim in flight commits and starts its jobs first
+        # (otherwise they would stay active, never run, until their leases
+        # lapsed and the rescuer spent an attempt).
+        self.claiming = asyncio.Lock()
+
+    async def connect(self) -> psycopg.AsyncConnection[Any]:
+        # Claims run on a connection of their own, not one from the pool: no
+        # checkout per claim, and always the same warm backend (the pool hands
+        # its idle connections out in turn). About a tenth of an idle worker's
+        # commit-to-start latency (docs/performance.md).
+        if self._conn is None or self._conn.closed:
+            self._conn = await self._connections.connect("fetcher")
+        return self._conn
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        await self._connections.discard(conn)
+
+    async def run(self) -> None:
+        try:
+            await self._claim_until_stopped()
+        finally:
+            await self.close()
+
+    async def _claim_until_stopped(self) -> None:
+        failures = 0
+        retried_at_once = False
+        demand = self._demand
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self._poll_interval
+        while not self._stopping():
+            if not self._room.is_set():
+                # Backpressure: outcomes are not being written as fast as jobs
+                # finish; claiming more would only pile up finished jobs.
+                await self._stopping.wait_for(self._room, None)
+                continue
+            demand.changed.clear()
+            if not demand.ready():
+                # Nothing to claim until a NOTIFY names a queue with a free
+                # slot, a backlogged queue frees one, or the poll is due.
+                wait = next_poll - loop.time()
+                if wait > 0:
+                    await self._stopping.wait_for(demand.changed, wait)
+                    continue
+                demand.want_all()
+                next_poll = loop.time() + self._poll_interval
+                continue
+            asked = demand.take()
+            try:
+                async with self.claiming:
+                    if self._stopping():
+                        return
+                    rows = await self._claim(asked)
+            except psycopg.Error as exc:
+                # The claim's session may be gone (a restart, a failover, a
+                # terminated backend): the next claim opens a new one, and is
+                # tried at once rather than backed off as if the database
+                # still refused, once in a row. The pool (completions) is
+                # checked meanwhile.
+                for queue in asked:
+                    demand.want(queue)
+                await self.close()
+                at_once = await self._connections.check_after(exc) and not retried_at_once
+                retried_at_once = at_once
+                failures += 0 if at_once else 1
+                delay = 0.05 if at_once else min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                log.warning("worker %s: claim failed (%s); retrying in %.1fs",
+                            self._worker_id, exc, delay)
+                await self._stopping.sleep(delay)
+                continue
+            failures = 0
+            retried_at_once = False
+            # A queue that filled its free slots may have more waiting: it is
+            # claimed again as soon as a slot of it frees, not at the next
+            # NOTIFY or poll, whatever the other queues returned.
+            demand.claimed(asked, Counter(row.queue for row in rows))
+
+    async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
+        """Claim up to ``asked`` slots per queue and start what was claimed;
+        returns every row (expired ones included: they used a slot)."""
+        query = ops.claim(
+            self._settings.queries, slots=asked,
+            lease_seconds={name: self._queues[name].lease_seconds for name in asked},
+            worker_id=self._worker_id, **self._patterns.claim_params())
+        conn = await self.connect()
+        rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
+        await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
+        traced = hooks.tracing_on()
+        started = []
+        for claimed in rows:
+            if claimed.status == UNJUDGED:
+                continue  # its slot went to a pattern just judged
+            if claimed.status == "expired":
+                log.info("job %s on %r expired before it could start", claimed.id,
+                         claimed.queue)
+                continue
+            self._start(claimed, traced)
+            started.append(claimed.id)
+        if started:
+            # One event (and one snapshot read) per claim, not per job.
+            self._started(started)
+        return rows

@@ -1,0 +1,89 @@
+"""The listener: a dedicated LISTEN session, re-established with backoff.
+
+A job notification names a queue: that queue is claimed when it has a free
+slot (``Demand.want``). A cancel notification names a job: its signal is set
+if it runs here. After every (re)connect all queues are claimed once, since
+notifications sent while nobody listened are lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import psycopg
+
+from portqueue.queries import Queries
+from portqueue.worker.connections import Connections
+from portqueue.worker.demand import Demand
+from portqueue.worker.state import RunningJobs
+from portqueue.worker.stopping import Stopping
+
+log = logging.getLogger("portqueue.worker")
+
+RECONNECT_MAX_SECONDS = 10.0
+# A LISTEN connection quiet this long is probed with SELECT 1, which must
+# answer within a third of it (psycopg then waits up to 5 s more for the
+# server to cancel it): a black-holed connection is replaced within about
+# 4/3 of this plus 5 s, instead of being waited on forever.
+LISTEN_HEALTH_SECONDS = 15.0
+
+
+class Listener:
+    def __init__(self, connections: Connections, queries: Queries, demand: Demand,
+                 jobs: RunningJobs, stopping: Stopping, worker_id: str,
+                 check_seconds: float = LISTEN_HEALTH_SECONDS) -> None:
+        self._connections = connections
+        self.q = queries
+        self._demand = demand
+        self._jobs = jobs
+        self._stopping = stopping
+        self._worker_id = worker_id
+        self._check_seconds = check_seconds
+
+    async def run(self) -> None:
+        failures = 0
+        while not self._stopping():
+            try:
+                conn = await self._connections.connect("listener")
+            except psycopg.Error as exc:
+                failures += 1
+                delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
+                log.warning("worker %s: LISTEN connection failed (%s); retrying in %.1fs",
+                            self._worker_id, exc, delay)
+                await self._stopping.sleep(delay)
+                continue
+            try:
+                await self._stopping.until_stopped(self._listen(conn))
+                failures = 0
+            except (psycopg.Error, asyncio.TimeoutError, OSError) as exc:
+                failures += 1
+                log.warning("worker %s: LISTEN connection lost (%s); reconnecting",
+                            self._worker_id, exc)
+                await self._stopping.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
+            finally:
+                await self._connections.discard(conn)
+
+    async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        for channel in (self.q.job_channel, self.q.cancel_channel):
+            await self._connections.within(conn, conn.execute(
+                psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))))
+        # Jobs added while no connection listened: look now.
+        self._demand.want_all()
+        while not self._stopping():
+            async for notify in conn.notifies(timeout=self._check_seconds):
+                if notify.channel == self.q.job_channel:
+                    # Only the queue named, and only once it has a free slot.
+                    self._demand.want(notify.payload)
+                elif notify.channel == self.q.cancel_channel:
+                    running = self._jobs.get(notify.payload)
+                    if running is not None:
+                        running.state.set("cancelled")
+            # Quiet for a while: prove the connection still answers, so a
+            # silently dropped one is replaced instead of waited on forever.
+            try:
+                await asyncio.wait_for(conn.execute("SELECT 1"), self._check_seconds / 3)
+            except asyncio.TimeoutError:
+                raise asyncio.TimeoutError(
+                    f"no answer to SELECT 1 within {self._check_seconds / 3:.1f}s") from None

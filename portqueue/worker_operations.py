@@ -1,0 +1,139 @@
+"""Every statement the worker runs, once, without I/O: the consumer's half of
+the database contract, beside the producer's ``portqueue.operations``.
+
+Each function takes typed parameters (a wrong name or type fails mypy, not
+the database) and returns the ``Query`` to run; where the rows need decoding,
+a ``*_rows`` function beside it does that. The worker's parts
+(``portqueue.worker``) name no query and build no JSON themselves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from portqueue.driver import Rows
+from portqueue.queries import Queries, Query
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """One attempt's fence: a write for it matches both, and status 'active'."""
+
+    id: str
+    lease_token: int
+
+
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """A heartbeat's entry: extend the lease; carry progress and attrs not yet written."""
+
+    lease: Lease
+    lease_seconds: int
+    progress: float | None
+    attrs: Mapping[str, Any] | None
+
+
+def _leases(leases: Sequence[Lease]) -> str:
+    return json.dumps([{"id": lease.id, "lease_token": lease.lease_token} for lease in leases])
+
+
+# --- starting and stopping ---
+
+
+def upsert_queue(q: Queries, queue_row: Mapping[str, Any]) -> Query:
+    """A consumed queue's declared defaults (``QueueSpec.queue_row()``)."""
+    return q("upsert_queue", **queue_row)
+
+
+def register_worker(q: Queries, *, worker_id: str, instance_key: str | None, hostname: str,
+                    pid: int, queues: Sequence[str], concurrency: int) -> Query:
+    return q("register_worker", id=worker_id, instance_key=instance_key, hostname=hostname,
+             pid=pid, queues=list(queues), concurrency=concurrency)
+
+
+def unregister_worker(q: Queries, worker_id: str) -> Query:
+    return q("unregister_worker", id=worker_id)
+
+
+def release_jobs(q: Queries, leases: Sequence[Lease]) -> Query:
+    """Unfinished attempts back to pending, attempts not spent (stop)."""
+    return q("release_jobs", jobs=_leases(leases))
+
+
+def end_sessions(q: Queries, pids: Sequence[int]) -> Query:
+    return q("end_sessions", pids=list(pids))
+
+
+# --- the claim loop ---
+
+
+def claim(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, int],
+          matching_patterns: Sequence[str], refused_patterns: Sequence[str],
+          worker_id: str) -> Query:
+    """Up to ``slots[queue]`` jobs of each queue, leased for ``lease_seconds[queue]``.
+    Its rows are ``portqueue.worker.state.Claimed``, in column order. The
+    patterns are this worker's verdicts (``portqueue.worker.patterns``): the
+    claim evaluates none itself."""
+    names = list(slots)
+    return q("claim", queues=names, slots=[slots[name] for name in names],
+             lease_seconds=[lease_seconds[name] for name in names],
+             matching_patterns=list(matching_patterns),
+             refused_patterns=list(refused_patterns), worker_id=worker_id)
+
+
+# --- outcomes ---
+
+
+def complete_jobs(q: Queries, completions_json: Sequence[str]) -> Query:
+    """Fenced completions, each entry already JSON (``Completion.as_json``):
+    built once per job on the hot path, never decoded again."""
+    return q("complete_jobs", jobs="[" + ",".join(completions_json) + "]")
+
+
+def completed_ids(rows: Rows) -> set[str]:
+    return {str(job_id) for job_id in rows[0]["ids"]} if rows else set()
+
+
+def fail_jobs(q: Queries, failures_json: Sequence[str]) -> Query:
+    """Fenced failures, each entry already JSON (``Failure.as_json``)."""
+    return q("fail_jobs", jobs="[" + ",".join(failures_json) + "]")
+
+
+def failed_ids(rows: Rows) -> set[str]:
+    return {str(row["id"]) for row in rows}
+
+
+def settled_by_lease(q: Queries, leases: Sequence[Lease]) -> Query:
+    """The status of each job whose row still holds the lease token."""
+    return q("settled_by_lease", jobs=_leases(leases))
+
+
+def settled_statuses(rows: Rows) -> dict[str, str]:
+    return {str(row["id"]): str(row["status"]) for row in rows}
+
+
+# --- the heartbeat ---
+
+
+def touch_jobs(q: Queries, touches: Sequence[Touch]) -> Query:
+    return q("touch_jobs", jobs=json.dumps([{
+        "id": touch.lease.id, "lease_token": touch.lease.lease_token,
+        "lease_seconds": touch.lease_seconds, "progress": touch.progress,
+        "attrs": touch.attrs,
+    } for touch in touches]))
+
+
+def touched(rows: Rows) -> dict[str, bool]:
+    """Job id -> cancel requested, for each lease still held."""
+    return {str(row["id"]): bool(row["cancel_requested"]) for row in rows}
+
+
+# --- events ---
+
+
+def jobs_by_id(q: Queries, job_ids: Sequence[str]) -> Query:
+    """The snapshots event callbacks receive (``operations.job_snapshot``)."""
+    return q("jobs_by_id", job_ids=list(job_ids))
