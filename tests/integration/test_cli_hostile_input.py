@@ -57,7 +57,7 @@ def test_a_hostile_file_line_is_a_usage_error_naming_the_line(
 ) -> None:
     path = tmp_path / "jobs.jsonl"
     path.write_text('{"data": 1}\n' f'{{"data": {data}}}\n')
-    result = cli("add", "hostile", "--file", str(path))
+    result = cli("add", "hostile", "--create-queue", "--file", str(path))
     assert result.exit_code == 2, result.output
     assert result.stderr == f"portqueue: error: --file line 2: {message}\n"
     assert count_jobs(db, schema) == 0
