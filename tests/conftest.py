@@ -17,11 +17,15 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from portqueue import AsyncPortQueue, PortQueue
 from portqueue.migrate import migrate
+from tests.support import server
 from tests.support.clients import BlockingAsyncClient
-from tests.support.server import server_dsn
+from tests.support.legs import EVERY_MAJOR
 from tests.support.workers import AsyncHarness, SyncHarness
 
 TEST_SCHEMA = "pq_test"
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,6 +35,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if mode.enabled():
         config.pluginmanager.register(mode, "portqueue-pgbouncer")
+    if not _is_xdist_worker(config):
+        # The run's own embedded server, if a test needs one: its workers
+        # inherit the directory, and pytest_unconfigure stops it.
+        server.claim_embedded_directory()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _is_xdist_worker(config):
+        server.release_embedded_directory()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and item.nodeid.split("::", 1)[0] in EVERY_MAJOR:
+            item.add_marker(pytest.mark.every_major)
 
 
 def _worker_name() -> str:
@@ -45,7 +65,7 @@ def dsn_for_database(base_dsn: str, database: str) -> str:
 
 @pytest.fixture(scope="session")
 def pg_server_dsn() -> str:
-    return server_dsn()
+    return server.server_dsn()
 
 
 def _alive(pid: int) -> bool:
