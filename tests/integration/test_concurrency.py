@@ -69,9 +69,9 @@ def assert_one_winner(results: list[AddJobResult], reason: DeduplicationReason) 
 
 
 def test_fifty_concurrent_adds_with_one_idempotency_key(
-    client: Any, db: Db, schema: str
+    both_clients: Any, db: Db, schema: str
 ) -> None:
-    results = add_concurrently(client, ADDS, queue="payments", idempotency_key="charge:42")
+    results = add_concurrently(both_clients, ADDS, queue="payments", idempotency_key="charge:42")
     assert len(results) == ADDS
     job_id = assert_one_winner(results, DeduplicationReason.IDEMPOTENCY)
     assert all(r.status is JobStatus.PENDING and r.queue == "payments" for r in results)
@@ -81,24 +81,24 @@ def test_fifty_concurrent_adds_with_one_idempotency_key(
 
 
 def test_fifty_concurrent_adds_with_one_singleton_key(
-    client: Any, db: Db, schema: str
+    both_clients: Any, db: Db, schema: str
 ) -> None:
-    results = add_concurrently(client, ADDS, queue="reindex", singleton_key="reindex:acme")
+    results = add_concurrently(both_clients, ADDS, queue="reindex", singleton_key="reindex:acme")
     assert len(results) == ADDS
     job_id = assert_one_winner(results, DeduplicationReason.SINGLETON)
     assert count_jobs(db, schema) == 1
     assert count_jobs(db, schema, f"id = '{job_id}'") == 1
 
 
-def test_concurrent_adds_with_both_keys(client: Any, db: Db, schema: str) -> None:
-    results = add_concurrently(client, ADDS, queue="both", idempotency_key="i",
+def test_concurrent_adds_with_both_keys(both_clients: Any, db: Db, schema: str) -> None:
+    results = add_concurrently(both_clients, ADDS, queue="both", idempotency_key="i",
                                singleton_key="s")
     job_id = assert_one_winner(results, DeduplicationReason.IDEMPOTENCY)
     assert count_jobs(db, schema) == 1 and results[0].job_id == job_id
 
 
-def test_concurrent_recurring_adds_with_one_key(client: Any, db: Db, schema: str) -> None:
-    results = add_concurrently(client, 20, queue="digest", idempotency_key="daily",
+def test_concurrent_recurring_adds_with_one_key(both_clients: Any, db: Db, schema: str) -> None:
+    results = add_concurrently(both_clients, 20, queue="digest", idempotency_key="daily",
                                schedule={"cron": "0 8 * * *"})
     schedule_ids = {r.schedule_id for r in results}
     assert len(schedule_ids) == 1 and None not in schedule_ids
@@ -108,7 +108,7 @@ def test_concurrent_recurring_adds_with_one_key(client: Any, db: Db, schema: str
 
 
 def test_concurrent_batches_with_overlapping_keys(
-    client: Any, db: Db, schema: str
+    both_clients: Any, db: Db, schema: str
 ) -> None:
     # Batches naming the same keys in different orders must neither deadlock
     # nor raise: every batch gets one result per entry naming the one job.
@@ -119,19 +119,19 @@ def test_concurrent_batches_with_overlapping_keys(
         return [{"data": {"batch": i, "key": key}, "idempotency_key": key}
                 for key in orders[i % len(orders)]]
 
-    if is_async(client):
+    if is_async(both_clients):
 
         async def run() -> list[list[AddJobResult]]:
-            return await asyncio.gather(*(client.inner.add_jobs(queue="batches", jobs=batch(i))
-                                          for i in range(16)))
+            return await asyncio.gather(
+                *(both_clients.inner.add_jobs(queue="batches", jobs=batch(i)) for i in range(16)))
 
-        outcomes = client.run(run())
+        outcomes = both_clients.run(run())
     else:
         barrier = threading.Barrier(16, timeout=30)
 
         def one(i: int) -> list[AddJobResult]:
             barrier.wait()
-            return client.add_jobs(queue="batches", jobs=batch(i))  # type: ignore[no-any-return]
+            return both_clients.add_jobs(queue="batches", jobs=batch(i))  # type: ignore[no-any-return]
 
         with ThreadPoolExecutor(max_workers=16) as pool:
             outcomes = list(pool.map(one, range(16)))
@@ -311,12 +311,12 @@ def test_duplicates_waiting_on_an_uncommitted_first_writer(
 
 
 def test_concurrent_caller_transactions_with_one_key(
-    client: Any, pg_dsn: str, db: Db, schema: str
+    both_clients: Any, pg_dsn: str, db: Db, schema: str
 ) -> None:
     """Many callers, each in its own transaction on its own connection, add the same
     key and then keep using and commit their transactions."""
     n = CONNECTIONS
-    if is_async(client):
+    if is_async(both_clients):
 
         async def run() -> list[tuple[AddJobResult, Any]]:
             connected = 0
@@ -329,7 +329,7 @@ def test_concurrent_caller_transactions_with_one_key(
                     if connected == n:  # everyone is connected: go together
                         start.set()
                     await start.wait()
-                    result = await client.inner.add_job(
+                    result = await both_clients.inner.add_job(
                         queue="payments", data={"n": i}, idempotency_key="charge:7",
                         tx=from_psycopg(conn))
                     cursor = await conn.execute("SELECT %s::int", [i])
@@ -339,14 +339,14 @@ def test_concurrent_caller_transactions_with_one_key(
 
             return await asyncio.gather(*(one(i) for i in range(n)))
 
-        outcomes = client.run(run())
+        outcomes = both_clients.run(run())
     else:
         barrier = threading.Barrier(n, timeout=30)
 
         def one(i: int) -> tuple[AddJobResult, Any]:
             with psycopg.connect(pg_dsn) as conn:
                 barrier.wait()
-                result = client.add_job(queue="payments", data={"n": i},
+                result = both_clients.add_job(queue="payments", data={"n": i},
                                         idempotency_key="charge:7", tx=from_psycopg(conn))
                 after = conn.execute("SELECT %s::int", [i]).fetchone()
                 conn.commit()

@@ -1,5 +1,5 @@
 """SPEC §3.1, producing: add_job with every option, recurring adds, idempotency and
-singleton keys, queue defaults, and add_jobs, on both clients against real PostgreSQL.
+singleton keys, queue defaults, and add_jobs, against real PostgreSQL.
 
 What portqueue wrote is read back with plain SQL; time is checked against the
 database clock (``SELECT now()``), never the test's."""

@@ -1,5 +1,5 @@
 """SPEC §3.3, reading: get_job, get_jobs, get_queue_stats, get_queues, get_schedules,
-and hostile queue names stored byte-exact, on both clients against real PostgreSQL."""
+and hostile queue names stored byte-exact, against real PostgreSQL."""
 
 from __future__ import annotations
 

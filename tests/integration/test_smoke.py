@@ -1,4 +1,5 @@
-"""The shortest path through producing and reading, on both clients."""
+"""The shortest path through producing and reading (the async client's is in
+tests/integration/test_client_parity.py)."""
 
 from __future__ import annotations
 
