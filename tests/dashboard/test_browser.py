@@ -6,7 +6,6 @@ Screenshots of every page land in build/screenshots/ (gitignored)."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import pytest
 
 from portqueue import PauseMode, PortQueue
 from tests.dashboard.conftest import PASSWORD, USER, fail_job
+from tests.support.ports import free_port
 from tests.support.rows import job_row, queue_row
 from tests.support.waiting import wait_until
 
@@ -37,12 +37,6 @@ pytestmark = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}: install Debian's chromium")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _answers(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1).status_code == 401
@@ -58,7 +52,7 @@ def dashboard_url(
 
     Shared by the module's tests: each test's ``schema`` fixture empties the
     tables under it (its idle connections hold no lock that would block that)."""
-    port = _free_port()
+    port = free_port()
     code = ("from portqueue.dashboard import serve; "
             f"serve(dsn={pg_dsn!r}, schema={migrated_schema!r}, port={port}, "
             f"auth={USER + ':' + PASSWORD!r})")

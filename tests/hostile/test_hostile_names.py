@@ -23,8 +23,9 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.migrate import migrate
-from tests.hostile.support import HOSTILE, Unchanged, assert_refused, refusal
+from tests.hostile.support import HOSTILE
 from tests.migrations.catalog import schema_catalog
+from tests.support.refusals import Unchanged, assert_refused, refusal
 
 # The SPEC's "validated as an identifier", as the docs state it: a letter or _,
 # then letters, digits or _, 48 at most, and not a name Postgres reserves.

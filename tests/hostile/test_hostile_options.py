@@ -23,14 +23,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from portqueue.validation import JOB_OPTION_KEYS
-from tests.hostile.support import (
-    HOSTILE,
-    INT32_MAX,
-    Unchanged,
-    assert_refused,
-    hostile_numbers,
-    refusal,
-)
+from tests.hostile.support import HOSTILE, INT32_MAX, hostile_numbers
+from tests.support.refusals import Unchanged, assert_refused, refusal
 from tests.support.rows import job_row
 
 QUEUE = "hostile"

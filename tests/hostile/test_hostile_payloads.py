@@ -32,10 +32,10 @@ from portqueue.validation import (
     MAX_PAYLOAD_BYTES_LIMIT,
     MAX_PAYLOAD_DEPTH,
 )
-from tests.hostile.support import HOSTILE, Unchanged, assert_refused, refusal
-from tests.integration.test_roundtrip_properties import exact, json_values, jsonb_model
+from tests.hostile.support import HOSTILE
 from tests.support.clients import BlockingAsyncClient
-from tests.unit.test_validation import exact_string
+from tests.support.inputs import exact, exact_string, json_values, jsonb_model
+from tests.support.refusals import Unchanged, assert_refused, refusal
 
 QUEUE = "hostile"
 

@@ -23,29 +23,12 @@ from psycopg.pq import TransactionStatus
 from portqueue import InvalidArgument, JobStatus, PayloadTooLarge, PortQueue
 from portqueue.migrate import migrate
 from portqueue.operations import STREAM_CHUNK
+from tests.support.inputs import DIFFERENT_MEANING_PATTERNS, PYTHON_ONLY_PATTERNS, exact_string
 from tests.support.recording import METHODS
+from tests.support.refusals import Unchanged, assert_refused, fingerprint
 from tests.support.rows import CallerTx
-from tests.unit.test_validation import (
-    DIFFERENT_MEANING_PATTERNS,
-    PYTHON_ONLY_PATTERNS,
-    exact_string,
-)
 
-TABLES = ("job", "queue", "schedule")
 NEW_QUEUE = "never-created"
-
-
-def fingerprint(db: psycopg.Connection[Any], schema: str) -> dict[str, tuple[int, str]]:
-    """Per table: row count and an md5 of every row's text, in a stable order."""
-    result = {}
-    for table in TABLES:
-        query = sql.SQL(
-            "SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') "
-            "FROM {} AS t").format(sql.Identifier(schema, table))
-        row = db.execute(query).fetchone()
-        assert row is not None
-        result[table] = (int(row[0]), str(row[1]))
-    return result
 
 
 @pytest.fixture
@@ -62,13 +45,11 @@ def assert_rejected_without_writing(
     db: psycopg.Connection[Any], schema: str, call: Any, argument: str,
     error: type[InvalidArgument] = InvalidArgument,
 ) -> None:
-    before = fingerprint(db, schema)
+    before = Unchanged(db, schema)
     with pytest.raises(error) as info:
         call()
-    assert isinstance(info.value, ValueError)
-    assert info.value.argument == argument
-    assert str(info.value).startswith(f"{argument}: ")
-    assert fingerprint(db, schema) == before
+    assert_refused(info.value, argument)
+    before.assert_unchanged()
     row = db.execute(sql.SQL("SELECT count(*) FROM {} WHERE name = %s").format(
         sql.Identifier(schema, "queue")), [NEW_QUEUE]).fetchone()
     assert row == (0,), "the queue row was created"

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,7 +20,9 @@ from psycopg.conninfo import make_conninfo
 from portqueue import AddJobResult, DeduplicationReason, JobStatus, PortQueue
 from portqueue.tx import from_psycopg
 from tests.conftest import count_jobs
+from tests.support.activity import waiting_on_locks
 from tests.support.rows import CallerTx, count_rows, is_async
+from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 ADDS = 50
@@ -241,21 +241,6 @@ def test_duplicate_of_a_job_added_earlier_in_the_same_tx(
         assert caller.execute("SELECT 1") == [(1,)]
         caller.commit()
     assert count_jobs(db, schema) == 2
-
-
-def wait_until(condition: Callable[[], bool], deadline_seconds: float, what: str) -> None:
-    deadline = time.monotonic() + deadline_seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def waiting_on_locks(db: Db, application_name: str) -> int:
-    row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                     "AND wait_event_type = 'Lock'", [application_name]).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 @pytest.mark.parametrize("first_writer", ["commits", "rolls back"])

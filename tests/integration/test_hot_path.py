@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -29,6 +29,7 @@ from portqueue.queries import Query, queries_for
 from portqueue.types import AddJobResult
 from portqueue.worker.state import Claimed
 from tests.conftest import count_jobs
+from tests.support.plans import plan_nodes
 
 Db = psycopg.Connection[Any]
 
@@ -52,12 +53,6 @@ def completion(schema: str, rows: list[dict[str, Any]]) -> Query:
     jobs = [{"id": str(row["id"]), "lease_token": row["lease_token"], "status": "completed",
              "output": None} for row in rows]
     return queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
-
-
-def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from plan_nodes(child)
 
 
 def test_a_completion_is_pinned_to_the_primary_key(pq: PortQueue, db: Db, schema: str) -> None:

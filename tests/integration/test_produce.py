@@ -34,6 +34,7 @@ from portqueue.operations import STREAM_CHUNK
 from tests.conftest import count_jobs
 from tests.support.rows import (
     CallerTx,
+    assert_utc,
     count_rows,
     db_now,
     finish,
@@ -45,11 +46,6 @@ from tests.support.rows import (
 )
 
 Db = psycopg.Connection[Any]
-
-
-def assert_utc(value: datetime | None) -> None:
-    assert value is not None
-    assert value.tzinfo is not None and value.utcoffset() == timedelta(0)
 
 
 # --- add_job: result and defaults ---

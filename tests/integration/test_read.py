@@ -27,6 +27,7 @@ from portqueue import (
 from tests.conftest import count_jobs
 from tests.support.clients import BlockingAsyncClient
 from tests.support.rows import (
+    assert_utc,
     count_rows,
     db_now,
     finish,
@@ -39,11 +40,6 @@ from tests.support.rows import (
 
 Db = psycopg.Connection[Any]
 UNKNOWN_ID = "01900000-0000-7000-8000-000000000000"
-
-
-def assert_utc(value: datetime | None) -> None:
-    assert value is not None
-    assert value.tzinfo is not None and value.utcoffset() == timedelta(0)
 
 
 def datetimes_of(snapshot: Any) -> dict[str, datetime]:

@@ -39,6 +39,7 @@ from portqueue import (
 )
 from portqueue.tx import from_django, from_psycopg, from_sqlalchemy
 from tests.conftest import count_jobs
+from tests.support.rows import count_rows
 from tests.support.tx_adapters import (
     HARNESSES,
     CallerTransaction,
@@ -125,13 +126,6 @@ def job_channel(schema: str) -> str:
 
 def count_orders(db: psycopg.Connection[Any]) -> int:
     row = db.execute("SELECT count(*) FROM tx_conformance.orders").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def count_rows(db: psycopg.Connection[Any], schema: str, table: str) -> int:
-    row = db.execute(
-        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, table))).fetchone()
     assert row is not None
     return int(row[0])
 

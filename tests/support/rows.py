@@ -7,7 +7,7 @@ cannot reach yet (active, finished) with test-written UPDATEs.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -136,3 +136,9 @@ class CallerTx:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def assert_utc(value: datetime | None) -> None:
+    """``value`` is an aware datetime in UTC (what every API datetime must be)."""
+    assert value is not None
+    assert value.tzinfo is not None and value.utcoffset() == timedelta(0)

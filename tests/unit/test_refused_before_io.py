@@ -17,8 +17,8 @@ import pytest
 from portqueue import InvalidArgument, JobStatus, PayloadTooLarge
 from portqueue.operations import STREAM_CHUNK
 from portqueue.queries import Batch, Query
+from tests.support.inputs import exact_string, nested_lists
 from tests.support.recording import METHODS, Recording, operation, settings
-from tests.unit.test_validation import exact_string, nested_lists
 
 D = {"to": "a@b.com"}
 NEW_QUEUE = "never-created"
