@@ -60,7 +60,7 @@ def _worker_name() -> str:
 def dsn_for_database(base_dsn: str, database: str) -> str:
     params = conninfo_to_dict(base_dsn)
     params["dbname"] = database
-    return make_conninfo(**params)
+    return make_conninfo("", **params)
 
 
 @pytest.fixture(scope="session")

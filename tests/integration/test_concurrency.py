@@ -254,15 +254,16 @@ def test_duplicates_waiting_on_an_uncommitted_first_writer(
     tag = f"pq-dup-{key}-{first_writer.replace(' ', '-')}"
     dsn = make_conninfo(pg_dsn, application_name=tag)
     n = CONNECTIONS - 1
+    keyed: dict[str, Any] = {key: "the-key"}
     with psycopg.connect(dsn) as first_conn:
         first = pq.add_job(queue="q", data={"first": True}, tx=from_psycopg(first_conn),
-                           **{key: "the-key"})
+                           **keyed)
         assert not first.deduplicated
 
         def duplicate(i: int) -> tuple[AddJobResult, Any]:
             with psycopg.connect(dsn) as conn:
                 result = pq.add_job(queue="q", data={"n": i}, tx=from_psycopg(conn),
-                                    **{key: "the-key"})
+                                    **keyed)
                 # the transaction is still usable after a dedup
                 after = conn.execute("SELECT %s::int", [i]).fetchone()
                 conn.commit()

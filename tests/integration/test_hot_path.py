@@ -277,7 +277,7 @@ async def test_the_worker_pool_runs_one_statement_alone_and_several_in_one_trans
         assert db.execute(sql.SQL("SELECT count(*) FROM {}.queue WHERE name = 'half'").format(
             sql.Identifier(schema))).fetchone() == (1,), "one statement commits alone"
         for service in maintenance_services(worker.settings, worker.pool):
-            await service.run_once()
+            await service.run_once()  # type: ignore[attr-defined]
         states = db.execute(
             "SELECT state FROM pg_stat_activity WHERE datname = current_database() "
             "AND application_name = 'portqueue:worker'").fetchall()

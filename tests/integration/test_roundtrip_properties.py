@@ -163,11 +163,12 @@ def test_names_with_nul_or_a_surrogate_are_refused_before_io(
     unused: UnusedClient, db: psycopg.Connection[Any], schema: str,
     bad: str, queue_kind: int,
 ) -> None:
-    argument, kwargs = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("queue", {"queue": bad[:128]}),
         ("idempotency_key", {"queue": "q", "idempotency_key": bad[:512]}),
         ("group_id", {"queue": "q", "group_id": bad[:512]}),
-    ][queue_kind]
+    ]
+    argument, kwargs = cases[queue_kind]
     if not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in kwargs[argument]):
         return  # truncation cut the bad character off
     with pytest.raises(InvalidArgument) as info:

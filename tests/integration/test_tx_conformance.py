@@ -151,7 +151,7 @@ def notifications_before_marker(
     """
     marker = f"marker:{uuid.uuid4()}"
     db.execute("SELECT pg_notify(%s, %s)", (channel, marker))
-    payloads = []
+    payloads: list[str] = []
     for notification in listener.notifies(timeout=10):
         if notification.payload == marker:
             return payloads
