@@ -13,13 +13,16 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from portqueue import AsyncPortQueue, PortQueue
 from portqueue.migrate import migrate
 from tests.support import server
 from tests.support.clients import BlockingAsyncClient
 from tests.support.legs import EVERY_MAJOR
+
+# Re-exported: tests written before these moved to tests/support import them from here.
+from tests.support.rows import count_jobs as count_jobs
+from tests.support.server import dsn_for_database as dsn_for_database
 from tests.support.workers import AsyncHarness, SyncHarness
 
 TEST_SCHEMA = "pq_test"
@@ -55,12 +58,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _worker_name() -> str:
     return re.sub(r"\W", "_", os.environ.get("PYTEST_XDIST_WORKER", "main"))
-
-
-def dsn_for_database(base_dsn: str, database: str) -> str:
-    params = conninfo_to_dict(base_dsn)
-    params["dbname"] = database
-    return make_conninfo("", **params)
 
 
 @pytest.fixture(scope="session")
@@ -184,12 +181,3 @@ def both_clients(
     """PortQueue, then AsyncPortQueue: for what the shells do differently at
     run time (threads on a pool against tasks on one loop), not for behaviour."""
     return pq if request.param == "sync" else aclient
-
-
-def count_jobs(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
-    """Rows in the job table matching a literal, test-written condition."""
-    query = sql.SQL("SELECT count(*) FROM {}.job WHERE " + where).format(  # noqa: S608
-        sql.Identifier(schema))
-    row = db.execute(query).fetchone()
-    assert row is not None
-    return int(row[0])

@@ -19,9 +19,8 @@ from psycopg.conninfo import make_conninfo
 
 from portqueue import AddJobResult, DeduplicationReason, JobStatus, PortQueue
 from portqueue.tx import from_psycopg
-from tests.conftest import count_jobs
 from tests.support.activity import waiting_on_locks
-from tests.support.rows import CallerTx, count_rows, is_async
+from tests.support.rows import CallerTx, count_jobs, count_rows, is_async
 from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]

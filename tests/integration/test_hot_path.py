@@ -28,8 +28,8 @@ from portqueue.maintenance import maintenance_services
 from portqueue.queries import Query, queries_for
 from portqueue.types import AddJobResult
 from portqueue.worker.state import Claimed
-from tests.conftest import count_jobs
 from tests.support.plans import plan_nodes
+from tests.support.rows import count_jobs
 
 Db = psycopg.Connection[Any]
 

@@ -23,8 +23,8 @@ from portqueue import (
     QueueInfo,
     QueuePausedError,
 )
-from tests.conftest import count_jobs
 from tests.support.rows import (
+    count_jobs,
     count_rows,
     db_now,
     finish,

@@ -31,10 +31,10 @@ from portqueue import (
     Schedule,
 )
 from portqueue.operations import STREAM_CHUNK
-from tests.conftest import count_jobs
 from tests.support.rows import (
     CallerTx,
     assert_utc,
+    count_jobs,
     count_rows,
     db_now,
     finish,

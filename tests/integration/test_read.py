@@ -24,10 +24,10 @@ from portqueue import (
     QueueStats,
     ScheduleInfo,
 )
-from tests.conftest import count_jobs
 from tests.support.clients import BlockingAsyncClient
 from tests.support.rows import (
     assert_utc,
+    count_jobs,
     count_rows,
     db_now,
     finish,

@@ -30,8 +30,8 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from portqueue import InvalidArgument, JobStatus, PortQueue, validation
-from tests.conftest import count_jobs
 from tests.support.inputs import exact, json_values, jsonb_model
+from tests.support.rows import count_jobs
 
 PROPERTY = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from portqueue import JobStatus
-from tests.conftest import count_jobs
+from tests.support.rows import count_jobs
 
 
 def test_added_job_is_readable(client: Any, db: psycopg.Connection[Any], schema: str) -> None:

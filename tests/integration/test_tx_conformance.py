@@ -38,8 +38,7 @@ from portqueue import (
     QueuePausedError,
 )
 from portqueue.tx import from_django, from_psycopg, from_sqlalchemy
-from tests.conftest import count_jobs
-from tests.support.rows import count_rows
+from tests.support.rows import count_jobs, count_rows
 from tests.support.tx_adapters import (
     HARNESSES,
     CallerTransaction,

@@ -51,6 +51,11 @@ def queue_row(db: psycopg.Connection[Any], schema: str, queue: str) -> dict[str,
     return fetch_one(db, schema, "queue", "name = %s", [queue])
 
 
+def count_jobs(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
+    """Rows in the job table matching a literal, test-written condition."""
+    return count_rows(db, schema, "job", where)
+
+
 def count_rows(
     db: psycopg.Connection[Any], schema: str, table: str, where: str = "true", params: Any = None
 ) -> int:

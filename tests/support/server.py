@@ -23,6 +23,8 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
 log = logging.getLogger(__name__)
 
 EMBEDDED_DIRECTORY = "PORTQUEUE_TEST_EMBEDDED_DIR"
@@ -90,6 +92,13 @@ def embedded_dsn() -> str:
         atexit.register(release_embedded_directory)
     # Left running at this process's exit: the directory's claimer stops it.
     return start_embedded(Path(os.environ[EMBEDDED_DIRECTORY]), stop_at_exit=False)
+
+
+def dsn_for_database(base_dsn: str, database: str) -> str:
+    """``base_dsn`` pointing at ``database`` on the same server."""
+    params = conninfo_to_dict(base_dsn)
+    params["dbname"] = database
+    return make_conninfo("", **params)
 
 
 @cache
