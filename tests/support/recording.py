@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from portqueue import PortQueue, operations
+from portqueue import InvalidArgument, PortQueue, operations
 from portqueue.driver import Operation, Rows, run_sync
 from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, Settings, client_settings
@@ -97,3 +97,21 @@ def operation(method: str, client_settings: Settings | None = None,
     arguments = dict(bound.arguments)
     arguments.pop("self")
     return _OPERATIONS[method](client_settings or settings(), arguments)
+
+
+def refused_before_io(
+    method: str, client_settings: Settings | None = None, **kwargs: Any
+) -> InvalidArgument | None:
+    """The InvalidArgument ``PortQueue.<method>(**kwargs)`` raises before it
+    would send any statement, or None when it gets as far as its first one
+    (anything else it raises fails the test)."""
+    running = operation(method, client_settings, **kwargs)
+    try:
+        first = next(running)
+    except InvalidArgument as error:
+        return error
+    except StopIteration:
+        return None  # nothing to send (an empty batch)
+    running.close()
+    assert isinstance(first, (Query, Batch))
+    return None
