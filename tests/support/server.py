@@ -54,8 +54,8 @@ def _testcontainers_dsn() -> str:
 def claim_embedded_directory() -> None:
     """In the run's main process: name the data directory an embedded server
     would use (created empty now, initialised only if a test needs a server)."""
-    if os.environ.get(EMBEDDED_DIRECTORY):
-        return  # an outer process owns it
+    if os.environ.get(EMBEDDED_DIRECTORY) or _named_server():
+        return  # an outer process owns it, or no embedded server will be needed
     os.environ[EMBEDDED_DIRECTORY] = tempfile.mkdtemp(prefix="portqueue-tests-pg-")
     os.environ[_OWNER] = str(os.getpid())
 
@@ -101,12 +101,19 @@ def dsn_for_database(base_dsn: str, database: str) -> str:
     return make_conninfo("", **params)
 
 
-@cache
-def server_dsn() -> str:
-    """A DSN for a database on the test server that test processes may create databases from."""
+def _named_server() -> str | None:
     for variable in ("PORTQUEUE_TEST_DSN", "PORTQUEUE_DSN"):
         if os.environ.get(variable):
             return os.environ[variable]
+    return None
+
+
+@cache
+def server_dsn() -> str:
+    """A DSN for a database on the test server that test processes may create databases from."""
+    named = _named_server()
+    if named:
+        return named
     if _docker_answers():
         return _testcontainers_dsn()
     return embedded_dsn()

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import ast
+import os
 from pathlib import Path
 
+import pytest
+
+from portqueue.embedded import default_data_dir
+from tests.support import server
 from tests.support.legs import EVERY_MAJOR
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,3 +33,25 @@ def test_ci_runs_readmes_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python -m pytest -n auto" in readme
     assert 'TEST_COMMAND=(python -m pytest -n auto)' in ci
+
+
+def test_the_suites_embedded_server_is_its_own_and_goes_with_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 18 item 7: a user's start_embedded() server was the suite's.
+    for variable in ("PORTQUEUE_TEST_DSN", "PORTQUEUE_DSN", server.EMBEDDED_DIRECTORY,
+                     server._OWNER):
+        monkeypatch.delenv(variable, raising=False)
+    server.claim_embedded_directory()
+    directory = Path(os.environ[server.EMBEDDED_DIRECTORY])
+    assert directory.is_dir()
+    assert directory not in (default_data_dir(), default_data_dir("demo"))
+    server.release_embedded_directory()
+    assert not directory.exists() and server.EMBEDDED_DIRECTORY not in os.environ
+
+
+def test_a_named_server_needs_no_embedded_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(server.EMBEDDED_DIRECTORY, raising=False)
+    monkeypatch.setenv("PORTQUEUE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
+    server.claim_embedded_directory()
+    assert server.EMBEDDED_DIRECTORY not in os.environ
