@@ -18,7 +18,7 @@ from portqueue import AsyncPortQueue, PortQueue
 from portqueue.migrate import migrate
 from tests.support import server
 from tests.support.clients import BlockingAsyncClient
-from tests.support.legs import EVERY_MAJOR
+from tests.support.legs import EVERY_MAJOR, SPAWNS_PROCESSES
 
 # Re-exported: tests written before these moved to tests/support import them from here.
 from tests.support.rows import count_jobs as count_jobs
@@ -52,7 +52,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("slow") and item.nodeid.split("::", 1)[0] in EVERY_MAJOR:
+        path = item.nodeid.split("::", 1)[0]
+        if path in SPAWNS_PROCESSES:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") and path in EVERY_MAJOR:
             item.add_marker(pytest.mark.every_major)
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from portqueue.embedded import default_data_dir
 from tests.support import server
-from tests.support.legs import EVERY_MAJOR
+from tests.support.legs import EVERY_MAJOR, SPAWNS_PROCESSES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,8 +24,14 @@ def test_every_major_names_files_of_slow_tests() -> None:
     for name in EVERY_MAJOR:
         path = ROOT / name
         assert path.is_file(), f"{name} is not a test file any more"
-        assert _marks_slow(path), f"{name} has no slow test: EVERY_MAJOR is for slow tests"
+        assert _marks_slow(path) or name in SPAWNS_PROCESSES, (
+            f"{name} has no slow test: EVERY_MAJOR is for slow tests")
         ast.parse(path.read_text(encoding="utf-8"))
+
+
+def test_files_marked_slow_from_here_exist() -> None:
+    for name in SPAWNS_PROCESSES:
+        assert (ROOT / name).is_file(), f"{name} is not a test file any more"
 
 
 def test_ci_runs_readmes_test_command() -> None:
