@@ -13,15 +13,22 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from portqueue import AsyncPortQueue, PortQueue
 from portqueue.migrate import migrate
+from tests.support import server
 from tests.support.clients import BlockingAsyncClient
-from tests.support.server import server_dsn
+from tests.support.legs import EVERY_MAJOR, SPAWNS_PROCESSES
+
+# Re-exported: tests written before these moved to tests/support import them from here.
+from tests.support.rows import count_jobs as count_jobs
+from tests.support.server import dsn_for_database as dsn_for_database
 from tests.support.workers import AsyncHarness, SyncHarness
 
 TEST_SCHEMA = "pq_test"
+
+def _is_xdist_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -31,21 +38,34 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if mode.enabled():
         config.pluginmanager.register(mode, "portqueue-pgbouncer")
+    if not _is_xdist_worker(config):
+        # The run's own embedded server, if a test needs one: its workers
+        # inherit the directory, and pytest_unconfigure stops it.
+        server.claim_embedded_directory()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if not _is_xdist_worker(config):
+        server.release_embedded_directory()
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path in SPAWNS_PROCESSES:
+            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("slow") and path in EVERY_MAJOR:
+            item.add_marker(pytest.mark.every_major)
 
 
 def _worker_name() -> str:
     return re.sub(r"\W", "_", os.environ.get("PYTEST_XDIST_WORKER", "main"))
 
 
-def dsn_for_database(base_dsn: str, database: str) -> str:
-    params = conninfo_to_dict(base_dsn)
-    params["dbname"] = database
-    return make_conninfo(**params)
-
-
 @pytest.fixture(scope="session")
 def pg_server_dsn() -> str:
-    return server_dsn()
+    return server.server_dsn()
 
 
 def _alive(pid: int) -> bool:
@@ -137,25 +157,30 @@ async def aharness(apq_factory: Callable[..., AsyncPortQueue]) -> AsyncIterator[
     await h.close()
 
 
+@pytest.fixture
+def client(pq: PortQueue) -> PortQueue:
+    """The client behaviour tests run on. Both clients drive the same sans-IO
+    operations and tests/unit/test_generated.py proves their shells equal, so a
+    behaviour is tested once; tests/integration/test_client_parity.py proves
+    each public method of the async shell reaches the database and returns
+    what the sync one does."""
+    return pq
+
+
+@pytest.fixture
+def aclient(apq_factory: Callable[..., AsyncPortQueue]) -> Iterator[BlockingAsyncClient]:
+    """AsyncPortQueue driven to completion per call, from blocking test code."""
+    blocking = BlockingAsyncClient(apq_factory)
+    try:
+        yield blocking
+    finally:
+        blocking.close()
+
+
 @pytest.fixture(params=["sync", "async"])
-def client(request: pytest.FixtureRequest, pg_dsn: str, schema: str) -> Iterator[Any]:
-    """PortQueue, then AsyncPortQueue (driven to completion per call): one test, both clients."""
-    if request.param == "sync":
-        with PortQueue(pg_dsn, schema=schema, instance_key="test-host-ram-8gb") as sync_client:
-            yield sync_client
-    else:
-        blocking = BlockingAsyncClient(
-            lambda: AsyncPortQueue(pg_dsn, schema=schema, instance_key="test-host-ram-8gb"))
-        try:
-            yield blocking
-        finally:
-            blocking.close()
-
-
-def count_jobs(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
-    """Rows in the job table matching a literal, test-written condition."""
-    query = sql.SQL("SELECT count(*) FROM {}.job WHERE " + where).format(  # noqa: S608
-        sql.Identifier(schema))
-    row = db.execute(query).fetchone()
-    assert row is not None
-    return int(row[0])
+def both_clients(
+    request: pytest.FixtureRequest, pq: PortQueue, aclient: BlockingAsyncClient
+) -> Any:
+    """PortQueue, then AsyncPortQueue: for what the shells do differently at
+    run time (threads on a pool against tasks on one loop), not for behaviour."""
+    return pq if request.param == "sync" else aclient

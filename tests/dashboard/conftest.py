@@ -14,22 +14,31 @@ import pytest
 from portqueue import AsyncPortQueue, JobSnapshot, JobStatus, PortQueue
 from portqueue.dashboard import create_app
 
-USER, PASSWORD = "admin", "correct horse battery"
-TOKEN = "s3cret-dashboard-token"
+# Re-exported: the dashboard tests import the credentials from here.
+from tests.dashboard.accounts import PASSWORD as PASSWORD
+from tests.dashboard.accounts import TOKEN as TOKEN
+from tests.dashboard.accounts import USER as USER
+from tests.dashboard.browser import (  # noqa: F401 (the browser tests' fixtures)
+    browser,
+    dashboard_url,
+    page,
+    page_without_csp,
+)
+
 BASE_URL = "http://localhost"  # a Host the dashboard serves
 
 _CSRF_RE = re.compile(r'name="csrf_token" value="([0-9a-f]+)"')
 
 
-def csrf_token(page: str) -> str:
+def csrf_token(html: str) -> str:
     """The CSRF token a rendered page put in its forms."""
-    match = _CSRF_RE.search(page)
+    match = _CSRF_RE.search(html)
     assert match is not None, "no form with a csrf_token on this page"
     return match.group(1)
 
 
-def job_ids_listed(page: str) -> list[str]:
-    return re.findall(r'<tr data-job-id="([0-9a-f-]+)">', page)
+def job_ids_listed(html: str) -> list[str]:
+    return re.findall(r'<tr data-job-id="([0-9a-f-]+)">', html)
 
 
 @pytest.fixture

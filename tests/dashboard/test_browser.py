@@ -5,120 +5,21 @@ Screenshots of every page land in build/screenshots/ (gitignored)."""
 
 from __future__ import annotations
 
-import shutil
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
-import pytest
 
 from portqueue import PauseMode, PortQueue
-from tests.dashboard.conftest import PASSWORD, USER, fail_job
+from tests.dashboard.browser import needs_chromium, shoot
+from tests.dashboard.conftest import fail_job
 from tests.support.rows import job_row, queue_row
-from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                 "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 SCRIPT = "<script>window.__pwned=1</script>"
 IMAGE = "<img src=x onerror=window.__pwned=2>"
 
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}: install Debian's chromium")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 401
-    except httpx.TransportError:
-        return False
-
-
-@pytest.fixture(scope="module")
-def dashboard_url(
-    pg_dsn: str, migrated_schema: str, tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[str]:
-    """``portqueue.dashboard.serve`` running in its own process, with Basic auth.
-
-    Shared by the module's tests: each test's ``schema`` fixture empties the
-    tables under it (its idle connections hold no lock that would block that)."""
-    port = _free_port()
-    code = ("from portqueue.dashboard import serve; "
-            f"serve(dsn={pg_dsn!r}, schema={migrated_schema!r}, port={port}, "
-            f"auth={USER + ':' + PASSWORD!r})")
-    log = tmp_path_factory.mktemp("dashboard") / "server.log"
-    with log.open("w") as output:
-        server = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=output)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: server.poll() is not None or _answers(url), timeout=20,
-                   what="the dashboard to answer")
-        assert server.poll() is None, log.read_text()
-        yield url
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
-
-
-@contextmanager
-def _tab(browser: Any, url: str, **options: Any) -> Iterator[Any]:
-    context = browser.new_context(
-        base_url=url, http_credentials={"username": USER, "password": PASSWORD},
-        viewport={"width": 1280, "height": 800}, **options)
-    context.set_default_timeout(10_000)
-    tab = context.new_page()
-    errors: list[str] = []
-    tab.on("pageerror", lambda error: errors.append(str(error)))
-    tab.errors = errors
-    try:
-        yield tab
-    finally:
-        context.close()
-
-
-@pytest.fixture
-def page(browser: Any, dashboard_url: str, schema: str) -> Iterator[Any]:
-    with _tab(browser, dashboard_url) as tab:
-        yield tab
-
-
-@pytest.fixture
-def page_without_csp(browser: Any, dashboard_url: str, schema: str) -> Iterator[Any]:
-    """A tab that ignores the Content-Security-Policy, so only escaping stands
-    between hostile data and a running script."""
-    with _tab(browser, dashboard_url, bypass_csp=True) as tab:
-        yield tab
-
-
-def _shoot(page: Any, name: str) -> None:
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+pytestmark = needs_chromium
 
 
 def test_pages_retry_pause_and_add_in_a_real_browser(
@@ -134,19 +35,19 @@ def test_pages_retry_pause_and_add_in_a_real_browser(
     page.goto("/")
     row = page.locator('tr[data-queue="emails"]')
     assert row.locator("td.paused").inner_text() == "no"
-    _shoot(page, "queues")
+    shoot(page, "queues")
     page.goto("/jobs?queue=emails")
     assert page.locator("tr[data-job-id]").count() == 13
-    _shoot(page, "jobs")
+    shoot(page, "jobs")
     page.goto("/schedules")
     assert "0 8 * * 1-5" in page.locator("#schedules").inner_text()
-    _shoot(page, "schedules")
+    shoot(page, "schedules")
 
     # Retry the failed job from its page: it is pending again, in the page and the row.
     page.goto(f"/jobs/{failed.job_id}")
     assert page.locator("#job-status").inner_text() == "failed"
     assert "SMTP 451: try again later" in page.locator(".error-entry").inner_text()
-    _shoot(page, "job-failed")
+    shoot(page, "job-failed")
     page.get_by_role("button", name="Retry").click()
     page.wait_for_url(lambda url: url.endswith(f"/jobs/{failed.job_id}?notice=retried"))
     assert page.locator("#job-status").inner_text() == "pending"
@@ -159,7 +60,7 @@ def test_pages_retry_pause_and_add_in_a_real_browser(
     assert page.locator('tr[data-queue="emails"] td.paused').inner_text() == "processing"
     assert pq.get_queue_stats(queue="emails").paused is PauseMode.PROCESSING
     assert queue_row(db, schema, "emails")["paused"] == "processing"  # type: ignore[index]
-    _shoot(page, "queues-paused")
+    shoot(page, "queues-paused")
 
     # Add a job through the form; a typo first is refused with nothing written.
     page.goto("/jobs/new?queue=reports")
@@ -167,7 +68,7 @@ def test_pages_retry_pause_and_add_in_a_real_browser(
     page.get_by_role("button", name="Add job").click()
     assert "not valid JSON" in page.locator("#form-error").inner_text()
     assert pq.get_jobs(queue="reports").total == 0
-    _shoot(page, "add-job-error")
+    shoot(page, "add-job-error")
     page.fill("textarea[name=data]", '{"kind": "weekly"}')
     page.get_by_role("button", name="Add job").click()
     page.wait_for_url(lambda url: url.endswith("?notice=added"))
@@ -195,5 +96,5 @@ def test_hostile_job_data_renders_inert(
         assert visible in page.locator("main").inner_text(), path
         assert page.locator("main script, main img").count() == 0, path
     page.goto(f"/jobs/{failed.job_id}")
-    _shoot(page, "job-hostile")
+    shoot(page, "job-hostile")
     assert page.errors == []

@@ -5,7 +5,6 @@ first on a failed job, auto-refresh and its pause, the activity charts.
 Screenshots land in build/screenshots/ (gitignored)."""
 # The browser and server fixtures are test_browser.py's, imported: a test's
 # ``page`` argument is that fixture, not a redefinition.
-# ruff: noqa: F811
 
 from __future__ import annotations
 
@@ -17,20 +16,16 @@ import psycopg
 import pytest
 
 from portqueue import PortQueue
+from tests.dashboard.browser import SCREENSHOTS, needs_chromium, shoot
 from tests.dashboard.conftest import fail_job
 from tests.dashboard.failure_rows import add_failed
-from tests.dashboard.test_browser import (  # noqa: F401 (fixtures)
-    _shoot,
-    browser,
-    dashboard_url,
-    page,
-    pytestmark,
-)
 from tests.dashboard.worker_rows import insert_worker
 from tests.support.rows import job_row, update_job
 from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
+
+pytestmark = needs_chromium
 
 
 @pytest.fixture
@@ -65,7 +60,7 @@ def test_workers_page(page: Any, busy_worker: PortQueue, db: Db, schema: str) ->
     cells = live.locator("td").all_inner_texts()
     assert cells[2] == "reports" and cells[3] == "4" and cells[4] == "2"
     assert "stale" in page.locator("tr.stale").inner_text()
-    _shoot(page, "workers")
+    shoot(page, "workers")
     assert page.errors == []
 
 
@@ -79,7 +74,7 @@ def test_failures_bulk_retry_and_the_error_first(
     page.goto("/failures?refresh=off")
     assert page.locator("#failures tbody tr").count() == 4
     assert "relay access denied" in page.locator(f'tr[data-job-id="{real.job_id}"]').inner_text()
-    _shoot(page, "failures")
+    shoot(page, "failures")
 
     # The failed job's page: the error is above the fold of a 1280x800 window.
     page.goto(f"/jobs/{real.job_id}")
@@ -91,13 +86,13 @@ def test_failures_bulk_retry_and_the_error_first(
     page.goto("/failures?refresh=off")
     page.get_by_role("link", name="Retry all 4…").click()
     assert page.locator("h1").inner_text() == "Retry 4 jobs?"
-    _shoot(page, "bulk-confirm")
+    shoot(page, "bulk-confirm")
     assert job_row(db, schema, real.job_id)["status"] == "failed"  # nothing yet
     page.get_by_role("button", name="Retry 4 jobs").click()
     page.wait_for_url(lambda url: "notice=bulk_retried" in url)
     assert "Retried 4 of 4 matching job(s)." in page.locator(".notice").inner_text()
     assert [job_row(db, schema, i)["status"] for i in [real.job_id, *bulk]] == ["pending"] * 4
-    _shoot(page, "bulk-done")
+    shoot(page, "bulk-done")
     assert page.errors == []
 
 
@@ -114,7 +109,7 @@ def test_auto_refresh_reloads_and_pauses(page: Any, pq: PortQueue, schema: str) 
     page.wait_for_url(lambda url: url.endswith("refresh=off"))
     assert page.locator('meta[http-equiv="refresh"]').count() == 0
     assert "Auto-refresh paused" in page.locator("#refresh").inner_text()
-    _shoot(page, "queues-refresh-paused")
+    shoot(page, "queues-refresh-paused")
     page.get_by_role("link", name="Resume auto-refresh").click()
     page.wait_for_url(lambda url: url.endswith("/"))
     assert page.locator('meta[http-equiv="refresh"]').count() == 1
@@ -140,12 +135,10 @@ def test_activity_charts(page: Any, pq: PortQueue, db: Db, schema: str) -> None:
     assert page.locator("#throughput-chart rect.failed").count() == 5
     assert page.locator("#failure-rate-chart polyline.failed").count() >= 1
     assert page.locator("#latency-chart polyline.p95").count() >= 1
-    _shoot(page, "activity")
+    shoot(page, "activity")
     assert page.errors == []
 
 
 def _screenshot_path(name: str) -> Any:
-    from tests.dashboard.test_browser import SCREENSHOTS
-
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     return SCREENSHOTS / f"{name}.png"

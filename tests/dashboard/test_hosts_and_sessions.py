@@ -239,7 +239,7 @@ async def _status_with(app: Any, cookie: str) -> int:
     # A client without a cookie jar: the browser's own expiry is not what is tested.
     async with http_client(app) as client:
         header = f"{SESSION_COOKIE}={cookie}".encode("latin-1")  # what a header can carry
-        return (await client.get("/", headers={"Cookie": header})).status_code
+        return (await client.get("/", headers={b"Cookie": header})).status_code
 
 
 async def test_tampered_forged_and_expired_sessions_are_refused(apq: AsyncPortQueue) -> None:

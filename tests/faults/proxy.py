@@ -137,7 +137,7 @@ class Proxy:
         params = conninfo_to_dict(server_dsn)
         params.update(host="127.0.0.1", port=str(self.port), sslmode="disable",
                       gssencmode="disable")
-        return make_conninfo(**params)
+        return make_conninfo("", **params)
 
     # --- faults ---
 
@@ -197,7 +197,7 @@ class Proxy:
             link = Link(client)
             with self._lock:
                 self.links.append(link)
-            self._thread_for(lambda link=link: self._client_to_server(link), "c2s")
+            self._thread_for(lambda link=link: self._client_to_server(link), "c2s")  # type: ignore[misc]
 
     @staticmethod
     def _thread_for(target: Callable[[], None], name: str) -> None:

@@ -43,7 +43,7 @@ def lapsed_left(conn: psycopg.Connection[Any], schema: str) -> int:
 
 async def service(dsn: str, settings: Any, check: psycopg.Connection[Any],
                   result: dict[str, Any]) -> None:
-    rescuer.BATCH = BATCH
+    rescuer.BATCH = BATCH  # type: ignore[attr-defined]
     small = {"batch_size": BATCH} if "batch_size" in inspect.signature(Rescuer).parameters else {}
     async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
         service = Rescuer(settings, pool, **small)

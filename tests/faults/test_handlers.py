@@ -35,6 +35,7 @@ from tests.faults.harness import (
     wait_claimed,
     wait_status,
 )
+from tests.support.activity import handler_connections
 from tests.support.waiting import wait_until, wait_until_async
 
 pytestmark = pytest.mark.slow
@@ -54,15 +55,6 @@ GRACE_SECONDS = 1.0
 # Stop bound for a worker whose handler refuses to end: the drain's grace, the
 # unwind the cancelled handlers get, and a margin for a busy 2-core host.
 STOP_BOUND_SECONDS = GRACE_SECONDS + HANDLER_UNWIND_SECONDS + 4.0
-
-
-def handler_connections(db: psycopg.Connection[Any], state: str = "%") -> int:
-    """Handler connections (``job.transaction()``) of this database in ``state``."""
-    row = db.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND application_name LIKE '%%:handler' AND state LIKE %s", [state]).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_handlers_raising_each_base_exception_fail_the_attempt_and_the_worker_carries_on(

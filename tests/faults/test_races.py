@@ -30,6 +30,7 @@ from portqueue import AddJobResult, DeduplicationReason, PortQueue
 from portqueue.driver import execute_async
 from portqueue.tx import from_psycopg
 from tests.faults.harness import assert_nothing_lost, job
+from tests.support.activity import waiting_on_locks
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -50,13 +51,6 @@ def free_connections(db: psycopg.Connection[Any], wanted: int) -> int:
     if SOAK:
         assert spare >= wanted, f"the soak needs {wanted} free connections, the server has {spare}"
     return max(min(wanted, spare), 10)
-
-
-def waiting_on_locks(db: psycopg.Connection[Any], application_name: str) -> int:
-    row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                     "AND wait_event_type = 'Lock'", [application_name]).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def test_caller_transactions_racing_on_one_idempotency_key_half_rolling_back(

@@ -19,8 +19,8 @@ import pytest
 from psycopg import sql
 
 from portqueue import DatabaseUnavailable, PortQueue
-from tests.conftest import count_jobs
 from tests.faults.harness import QUEUE, assert_nothing_lost, count_where, ledger_handler
+from tests.support.rows import count_jobs
 from tests.support.waiting import wait_until
 
 JOBS = 120

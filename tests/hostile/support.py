@@ -1,5 +1,6 @@
-"""What the hostile-input properties share: a CI-sized hypothesis profile, the
-"nothing written" check, and hostile values of every type.
+"""What the hostile-input properties share: a CI-sized hypothesis profile and
+hostile values of every type (the "refused, nothing written" check is
+tests/support/refusals.py, shared with tests/integration/test_bad_input.py).
 
 The profile is derandomized (the same examples on every run, so a CI failure
 reproduces) and small: every property here runs against a real server, both
@@ -13,14 +14,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-import psycopg
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from psycopg import sql
-
-from portqueue import InvalidArgument
-from tests.integration.test_bad_input import fingerprint
-from tests.migrations.catalog import schema_catalog
 
 HOSTILE = settings(
     max_examples=int(os.environ.get("PORTQUEUE_HYPOTHESIS_EXAMPLES", "40")),
@@ -53,41 +48,3 @@ def hostile_numbers(minimum: int, maximum: int) -> st.SearchStrategy[Any]:
     return st.one_of(
         edge_integers, wrong_types, st.integers(),
         st.integers(minimum - 2, minimum + 2), st.integers(maximum - 2, maximum + 2))
-
-
-class Unchanged:
-    """Row contents of job/queue/schedule and the schema's catalog, to compare
-    before and after a rejected call."""
-
-    def __init__(self, db: psycopg.Connection[Any], schema: str) -> None:
-        self.db, self.schema = db, schema
-        self.rows = fingerprint(db, schema)
-        self.catalog = schema_catalog(db, schema)
-        self.namespaces = self._namespaces()
-
-    def _namespaces(self) -> list[str]:
-        return [row[0] for row in self.db.execute(
-            sql.SQL("SELECT nspname FROM pg_namespace ORDER BY 1"))]
-
-    def assert_unchanged(self) -> None:
-        assert fingerprint(self.db, self.schema) == self.rows, "rows were written"
-        assert self._namespaces() == self.namespaces, "a schema was created or dropped"
-        assert schema_catalog(self.db, self.schema) == self.catalog, "the catalog changed"
-
-
-def assert_refused(error: BaseException, argument: str) -> None:
-    """A ValueError (InvalidArgument) naming exactly ``argument``."""
-    assert isinstance(error, InvalidArgument) and isinstance(error, ValueError), repr(error)
-    assert error.argument == argument, f"named {error.argument!r}, expected {argument!r}"
-    assert str(error).startswith(f"{argument}: ")
-
-
-def refusal(call: Any) -> InvalidArgument | None:
-    """The InvalidArgument ``call`` raised, or None if it returned; anything else
-    (TypeError, OverflowError, a database error) fails the test."""
-    try:
-        call()
-    except InvalidArgument as error:
-        return error
-    return None
-

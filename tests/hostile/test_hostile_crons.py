@@ -27,7 +27,8 @@ from psycopg import sql
 from portqueue import PortQueue
 from portqueue.scheduler import Scheduler, next_tick
 from portqueue.validation import cron_spec
-from tests.hostile.support import HOSTILE, Unchanged, assert_refused, refusal
+from tests.hostile.support import HOSTILE
+from tests.support.refusals import Unchanged, assert_refused, refusal
 from tests.support.rows import db_now, schedule_row
 from tests.support.services import run_once
 

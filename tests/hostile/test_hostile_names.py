@@ -3,8 +3,10 @@ identifier) and every text option of add_job (queue, idempotency_key,
 singleton_key, group_id), given any text, lone surrogates, NUL, lengths one
 either side of the limit, and values that are not text at all.
 
-A refused value raises a ValueError naming the argument and leaves rows,
-schemas and catalog as they were; an accepted one reads back byte for byte.
+A refused value raises a ValueError naming the argument: a schema name before
+any connection (rows, schemas and catalog as they were), a text option before
+its operation sends any statement (tests/support/recording.py); an accepted
+one reads back byte for byte.
 An accepted schema name is a working schema even where it needs quoting (a
 reserved word, mixed case, the longest allowed).
 """
@@ -23,8 +25,10 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.migrate import migrate
-from tests.hostile.support import HOSTILE, Unchanged, assert_refused, refusal
+from tests.hostile.support import HOSTILE
 from tests.migrations.catalog import schema_catalog
+from tests.support.recording import refused_before_io
+from tests.support.refusals import Unchanged, assert_refused, refusal
 
 # The SPEC's "validated as an identifier", as the docs state it: a letter or _,
 # then letters, digits or _, 48 at most, and not a name Postgres reserves.
@@ -127,15 +131,13 @@ def test_a_text_option_is_refused_by_name_or_read_back_byte_exact(
     option, value = case
     options = {"queue": "names", option: value}
     valid = text_valid(value, TEXT_OPTIONS[option], optional=option != "queue")
-    before = Unchanged(db, schema)
-    added: list[Any] = []
-    error = refusal(lambda: added.append(client.add_job(data=1, **options)))
+    error = refused_before_io("add_job", data=1, **options)
     if not valid:
         assert error is not None, f"{option}={value!r} was accepted"
         assert_refused(error, option)
-        before.assert_unchanged()
         return
     assert error is None, f"{option}={value!r} was refused: {error}"
+    added = [client.add_job(data=1, **options)]
     snapshot = client.get_job(job_id=added[0].job_id)
     stored = getattr(snapshot, option)
     assert stored == value and (value is None or stored.encode() == value.encode())

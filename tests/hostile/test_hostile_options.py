@@ -1,8 +1,9 @@
 """Every numeric option of add_job / add_jobs, given anything: negative, zero,
 huge, ints beyond int32 and int64, bool for int, float for int, NaN, strings,
 containers. Each value is either refused before I/O with a ValueError naming
-the option's full path (rows, schemas and catalog unchanged), or stored and
-read back exactly (same value, same type).
+the option's full path (the operation sends no statement: the recording
+executor of tests/support/recording.py), or stored and read back exactly
+(same value, same type) on a real server.
 
 Which values are valid is written down here, from the SPEC and the column
 types, not read from portqueue.validation: a range or type the library gets
@@ -23,14 +24,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from portqueue.validation import JOB_OPTION_KEYS
-from tests.hostile.support import (
-    HOSTILE,
-    INT32_MAX,
-    Unchanged,
-    assert_refused,
-    hostile_numbers,
-    refusal,
-)
+from tests.hostile.support import HOSTILE, INT32_MAX, hostile_numbers
+from tests.support.recording import refused_before_io
+from tests.support.refusals import assert_refused
 from tests.support.rows import job_row
 
 QUEUE = "hostile"
@@ -139,17 +135,13 @@ def assert_round_trip(slot: Slot, value: Any, back: Readback) -> None:
 
 @HOSTILE
 @given(case=slot_and_value())
-def test_add_job_refuses_or_round_trips_every_numeric_option(
-    client: Any, db: psycopg.Connection[Any], schema: str, case: tuple[Slot, Any]
-) -> None:
+def test_add_job_refuses_or_round_trips_every_numeric_option(case: tuple[Slot, Any]) -> None:
     slot, value = case
-    before = Unchanged(db, schema)
-    error = refusal(lambda: client.add_job(queue=QUEUE, data={"v": 1}, **slot.options(value)))
+    error = refused_before_io("add_job", queue=QUEUE, data={"v": 1}, **slot.options(value))
     argument = slot.refused_as(value)
     if argument is not None:
         assert error is not None, f"{slot.name}={value!r} was accepted"
         assert_refused(error, argument)
-        before.assert_unchanged()
     else:
         assert error is None, f"{slot.name}={value!r} was refused: {error}"
 
@@ -174,16 +166,14 @@ def test_add_jobs_refuses_a_bad_entry_by_index_or_stores_it_exactly(
     slot, value = case
     jobs: list[dict[str, Any]] = [{"data": n} for n in range(3)]
     jobs[position].update(slot.options(value))
-    before = Unchanged(db, schema)
-    results: list[Any] = []
-    error = refusal(lambda: results.extend(client.add_jobs(queue=QUEUE, jobs=jobs)))
+    error = refused_before_io("add_jobs", queue=QUEUE, jobs=jobs)
     argument = slot.refused_as(value)
     if argument is not None:
         assert error is not None, f"jobs[{position}].{slot.name}={value!r} was accepted"
         assert_refused(error, f"jobs[{position}].{argument}")
-        before.assert_unchanged()
         return
     assert error is None, f"jobs[{position}].{slot.name}={value!r} was refused: {error}"
+    results = client.add_jobs(queue=QUEUE, jobs=jobs)
     assert [r.job_id is not None for r in results] == [True] * 3
     assert_round_trip(slot, value, read_back(client, db, schema, results[position]))
 
@@ -194,14 +184,10 @@ option_names = st.text(max_size=20).filter(lambda key: key not in JOB_OPTION_KEY
 @HOSTILE
 @given(key=option_names | st.sampled_from(["Priority", "priority ", "retry_", "TX", "queue",
                                            "max_attempts", "_", "data\x00"]))
-def test_an_unknown_option_is_refused_by_name(
-    client: Any, db: psycopg.Connection[Any], schema: str, key: str
-) -> None:
-    before = Unchanged(db, schema)
-    error = refusal(lambda: client.add_jobs(queue=QUEUE, jobs=[{"data": 1, key: 1}]))
+def test_an_unknown_option_is_refused_by_name(key: str) -> None:
+    error = refused_before_io("add_jobs", queue=QUEUE, jobs=[{"data": 1, key: 1}])
     assert error is not None
     assert_refused(error, f"jobs[0].{key}")
-    before.assert_unchanged()
 
 
 def test_the_oracle_can_disagree_with_the_library() -> None:

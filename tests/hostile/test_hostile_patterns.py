@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from portqueue import PortQueue
 from portqueue.validation import MAX_KEY_LENGTH
-from tests.hostile.support import HOSTILE, Unchanged, assert_refused, refusal
+from tests.hostile.support import HOSTILE
+from tests.support.refusals import Unchanged, assert_refused, refusal
 
 QUEUE = "hostile"
 ARGUMENT = "preferred_instance_key_pattern"
@@ -66,7 +67,8 @@ def test_an_accepted_pattern_compiles_and_matches_within_the_deadline(
     pq: PortQueue, pg_dsn: str, db: psycopg.Connection[Any], schema: str, pattern: str
 ) -> None:
     before = Unchanged(db, schema)
-    error = refusal(lambda: pq.add_job(queue=QUEUE, data={}, **{ARGUMENT: pattern}))
+    error = refusal(lambda: pq.add_job(queue=QUEUE, data={},
+                                       preferred_instance_key_pattern=pattern))
     if error is not None:
         assert_refused(error, ARGUMENT)
         before.assert_unchanged()

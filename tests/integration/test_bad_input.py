@@ -1,9 +1,12 @@
 """Bad input on a real Postgres: a ValueError naming the argument, and nothing written.
 
-Each test fingerprints the job, queue and schedule tables (every row's full
-text, so an UPDATE shows as well as an INSERT or DELETE) before and after the
-rejected call, on both clients. Tables start with a job, a paused-never queue
-and a schedule of their own, so "unchanged" is never the trivial "still empty".
+Which inputs each method refuses, before any statement is sent, is
+tests/unit/test_refused_before_io.py (every case, on the operations, with a
+recording executor). Here, once per public method, the database side: each
+test fingerprints the job, queue and schedule tables (every row's full text,
+so an UPDATE shows as well as an INSERT or DELETE) before and after the
+rejected call. Tables start with a job, a paused-never queue and a schedule of
+their own, so "unchanged" is never the trivial "still empty".
 """
 
 from __future__ import annotations
@@ -20,30 +23,12 @@ from psycopg.pq import TransactionStatus
 from portqueue import InvalidArgument, JobStatus, PayloadTooLarge, PortQueue
 from portqueue.migrate import migrate
 from portqueue.operations import STREAM_CHUNK
-from tests.support.clients import BlockingAsyncClient
+from tests.support.inputs import DIFFERENT_MEANING_PATTERNS, PYTHON_ONLY_PATTERNS, exact_string
+from tests.support.recording import METHODS
+from tests.support.refusals import Unchanged, assert_refused, fingerprint
 from tests.support.rows import CallerTx
-from tests.unit.test_validation import (
-    DIFFERENT_MEANING_PATTERNS,
-    PYTHON_ONLY_PATTERNS,
-    exact_string,
-    nested_lists,
-)
 
-TABLES = ("job", "queue", "schedule")
 NEW_QUEUE = "never-created"
-
-
-def fingerprint(db: psycopg.Connection[Any], schema: str) -> dict[str, tuple[int, str]]:
-    """Per table: row count and an md5 of every row's text, in a stable order."""
-    result = {}
-    for table in TABLES:
-        query = sql.SQL(
-            "SELECT count(*), coalesce(md5(string_agg(t::text, '|' ORDER BY t::text)), '') "
-            "FROM {} AS t").format(sql.Identifier(schema, table))
-        row = db.execute(query).fetchone()
-        assert row is not None
-        result[table] = (int(row[0]), str(row[1]))
-    return result
 
 
 @pytest.fixture
@@ -60,13 +45,11 @@ def assert_rejected_without_writing(
     db: psycopg.Connection[Any], schema: str, call: Any, argument: str,
     error: type[InvalidArgument] = InvalidArgument,
 ) -> None:
-    before = fingerprint(db, schema)
+    before = Unchanged(db, schema)
     with pytest.raises(error) as info:
         call()
-    assert isinstance(info.value, ValueError)
-    assert info.value.argument == argument
-    assert str(info.value).startswith(f"{argument}: ")
-    assert fingerprint(db, schema) == before
+    assert_refused(info.value, argument)
+    before.assert_unchanged()
     row = db.execute(sql.SQL("SELECT count(*) FROM {} WHERE name = %s").format(
         sql.Identifier(schema, "queue")), [NEW_QUEUE]).fetchone()
     assert row == (0,), "the queue row was created"
@@ -83,58 +66,42 @@ def test_fingerprint_sees_a_write(
 
 D = {"to": "a@b.com"}
 
-ADD_JOB = [
-    ({"retry": {"max_attempts": 3, "foo": 1}}, "retry.foo"),
-    ({"retry": {"backoff": {"strategy": "bogus"}}}, "retry.backoff.strategy"),
-    ({"retention": {"ttl_seconds": 1, "bar": 2}}, "retention.bar"),
-    ({"schedule": {"start_after_seconds": 5, "start_every_seconds": 5}}, "schedule"),
-    ({"schedule": {}}, "schedule"),
-    ({"schedule": {"start_after_seconds": -1}}, "schedule.start_after_seconds"),
-    ({"schedule": {"start_every_seconds": 0}}, "schedule.start_every_seconds"),
-    ({"schedule": {"cron": "0 8 * * 1-5", "start_every_seconds": 5}}, "schedule"),
-    ({"schedule": {"cron": "no cron"}}, "schedule.cron.pattern"),
-    ({"schedule": {"cron": "0 0 30 2 *"}}, "schedule.cron.pattern"),
-    ({"schedule": {"cron": {"pattern": "0 8 * * *", "tz": "Mars/Base"}}}, "schedule.cron.tz"),
-    ({"schedule": {"cron": {"tz": "UTC"}}}, "schedule.cron.pattern"),
-    ({"expire_in_seconds": -5}, "expire_in_seconds"),
-    ({"priority": 2**31}, "priority"),
-    ({"priority": True}, "priority"),
-    ({"retry": {"max_attempts": 0}}, "retry.max_attempts"),
-    ({"retry": {"backoff": {"factor": 0.5}}}, "retry.backoff.factor"),
-    ({"data": {1, 2}}, "data"),
-    ({"data": {"a": [1, {"b": math.nan}]}}, "data"),
-    ({"data": [-math.inf]}, "data"),
-    ({"data": {"k": "a\x00b"}}, "data"),
-    ({"data": {"a\x00": 1}}, "data"),
-    ({"data": ["\ud800"]}, "data"),
-    ({"data": {1: "a", "1": "b"}}, "data"),
-    ({"data": nested_lists(100_000)}, "data"),
-    ({"preferred_instance_key_pattern": "ram-("}, "preferred_instance_key_pattern"),
-    ({"preferred_instance_key_pattern": "(?P<gb>8)gb"}, "preferred_instance_key_pattern"),
-    ({"idempotency_key": ""}, "idempotency_key"),
-    ({"group_id": "g\x00"}, "group_id"),
-    # recurring adds write the schedule table: still nothing when the input is bad
-    ({"schedule": {"start_every_seconds": 60}, "data": math.nan}, "data"),
-    ({"schedule": {"cron": "* * * * *"}, "retry": {"nope": 1}}, "retry.nope"),
+# One refused call per public method (the unit file has every case).
+ONE_PER_METHOD = [
+    ("add_job", {"queue": NEW_QUEUE, "data": D, "retry": {"max_attempts": 3, "foo": 1}},
+     "retry.foo"),
+    ("add_job", {"queue": NEW_QUEUE, "data": math.nan,
+                 "schedule": {"start_every_seconds": 60}}, "data"),
+    ("add_jobs", {"queue": NEW_QUEUE, "jobs": [{"data": 1}, {"data": 2, "priority": 2**31}]},
+     "jobs[1].priority"),
+    ("retry_job", {"job_id": "not-a-uuid"}, "job_id"),
+    ("cancel_job", {"job_id": 12}, "job_id"),
+    ("remove_job", {"job_id": ""}, "job_id"),
+    ("remove_jobs", {"queue": "existing", "statuses": [JobStatus.PENDING, JobStatus.ACTIVE]},
+     "statuses"),
+    ("remove_schedule", {"schedule_id": "x"}, "schedule_id"),
+    ("pause_queue", {"queue": NEW_QUEUE, "mode": "sometimes"}, "mode"),
+    ("resume_queue", {"queue": ""}, "queue"),
+    ("get_job", {"job_id": "nope"}, "job_id"),
+    ("get_jobs", {"queue": "existing", "limit": 501}, "limit"),
+    ("get_queue_stats", {"queue": ""}, "queue"),
+    ("get_queues", {"limit": 501}, "limit"),
+    ("get_schedules", {"enabled": "yes"}, "enabled"),
 ]
 
 
-@pytest.mark.parametrize(("options", "argument"), ADD_JOB,
-                         ids=[f"{a}-{i}" for i, (_, a) in enumerate(ADD_JOB)])
-def test_add_job_bad_input_writes_nothing(
+def test_every_method_has_a_database_check() -> None:
+    assert {method for method, _, _ in ONE_PER_METHOD} == set(METHODS)
+
+
+@pytest.mark.parametrize(("method", "kwargs", "argument"), ONE_PER_METHOD,
+                         ids=[f"{m}-{a}" for m, _, a in ONE_PER_METHOD])
+def test_bad_input_writes_nothing(
     client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
-    options: dict[str, Any], argument: str,
-) -> None:
-    kwargs = {"queue": NEW_QUEUE, "data": D, **options}
-    assert_rejected_without_writing(db, schema, lambda: client.add_job(**kwargs), argument)
-
-
-@pytest.mark.parametrize("queue", ["", "q" * 129, "a\x00b", "\udc00", 5])
-def test_add_job_bad_queue_name_writes_nothing(
-    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str], queue: Any
+    method: str, kwargs: dict[str, Any], argument: str,
 ) -> None:
     assert_rejected_without_writing(
-        db, schema, lambda: client.add_job(queue=queue, data=D), "queue")
+        db, schema, lambda: getattr(client, method)(**kwargs), argument)
 
 
 def test_payload_over_the_limit_writes_nothing(
@@ -157,51 +124,31 @@ def test_payload_at_the_limit_is_stored_whole(
     assert row == (1024 * 1024 + 1,)
 
 
-@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_payload_over_a_custom_limit_writes_nothing(
-    kind: str, apq_factory: Any, pg_dsn: str, db: psycopg.Connection[Any], schema: str
+    pg_dsn: str, db: psycopg.Connection[Any], schema: str
 ) -> None:
-    small: Any = (
-        PortQueue(pg_dsn, schema=schema, max_payload_bytes=100) if kind == "sync"
-        else BlockingAsyncClient(lambda: apq_factory(max_payload_bytes=100)))
-    try:
+    with PortQueue(pg_dsn, schema=schema, max_payload_bytes=100) as small:
         small.add_job(queue="existing", data=exact_string(100))
         assert_rejected_without_writing(
             db, schema, lambda: small.add_job(queue=NEW_QUEUE, data=exact_string(101)),
             "data", PayloadTooLarge)
-    finally:
-        small.close()
 
 
-LAST_ENTRY_BAD = [
-    ({"data": math.nan}, "jobs[2].data"),
-    ({"data": 1, "foo": True}, "jobs[2].foo"),
-    ({"data": 1, "retry": {"max_attempts": 2, "bogus": 1}}, "jobs[2].retry.bogus"),
-    ({"data": 1, "schedule": {"start_every_seconds": 30}}, "jobs[2].schedule"),
-    ({"data": 1, "schedule": {"start_after_seconds": -1}}, "jobs[2].schedule.start_after_seconds"),
-    ({"data": 1, "priority": 2**31}, "jobs[2].priority"),
-    ({"data": {7: "seven"}}, "jobs[2].data"),
-    ({"data": exact_string(1024 * 1024 + 1)}, "jobs[2].data"),
-    ({"data": 1, "preferred_instance_key_pattern": "a++"},
-     "jobs[2].preferred_instance_key_pattern"),
-    ({"priority": 1}, "jobs[2].data"),
-]
-
-
-@pytest.mark.parametrize("good", [2, 2 * STREAM_CHUNK], ids=["one statement", "streamed"])
-@pytest.mark.parametrize(("last", "argument"), LAST_ENTRY_BAD,
-                         ids=[a for _, a in LAST_ENTRY_BAD])
-def test_add_jobs_with_only_the_last_entry_bad_writes_nothing(
+@pytest.mark.parametrize(("last", "argument"), [
+    ({"data": math.nan}, "data"), ({"data": exact_string(1024 * 1024 + 1)}, "data"),
+], ids=["invalid", "too large"])
+def test_a_streamed_batch_with_only_the_last_entry_bad_writes_nothing(
     client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
-    last: dict[str, Any], argument: str, good: int,
+    last: dict[str, Any], argument: str,
 ) -> None:
-    """A streamed batch (past STREAM_CHUNK entries) sends its first chunks
-    before the last is validated; its transaction rolls them back, the new
-    queue's row too."""
+    """Past STREAM_CHUNK entries a batch sends its first chunks before the last
+    is validated; its transaction rolls them back, the new queue's row too."""
+    good = 2 * STREAM_CHUNK
     jobs = [{"data": {"n": n}, "priority": n % 5} for n in range(good)] + [last]
-    argument = argument.replace("jobs[2]", f"jobs[{good}]")
+    error = PayloadTooLarge if len(str(last["data"])) > 1024 else InvalidArgument
     assert_rejected_without_writing(
-        db, schema, lambda: client.add_jobs(queue=NEW_QUEUE, jobs=jobs), argument)
+        db, schema, lambda: client.add_jobs(queue=NEW_QUEUE, jobs=jobs),
+        f"jobs[{good}].{argument}", error)
     assert len(client.add_jobs(queue=NEW_QUEUE, jobs=jobs[:-1])) == good
 
 
@@ -212,42 +159,6 @@ def test_add_jobs_with_entries_in_different_transactions_writes_nothing(
         jobs = [{"data": 1, "tx": first.tx}, {"data": 2, "tx": second.tx}]
         assert_rejected_without_writing(
             db, schema, lambda: client.add_jobs(queue=NEW_QUEUE, jobs=jobs), "jobs[1].tx")
-
-
-MANAGE = [
-    ("retry_job", {"job_id": "not-a-uuid"}, "job_id"),
-    ("cancel_job", {"job_id": 12}, "job_id"),
-    ("remove_job", {"job_id": ""}, "job_id"),
-    ("remove_jobs", {"job_ids": ["nope"]}, "job_ids"),
-    ("remove_jobs", {"queue": "existing", "statuses": [JobStatus.PENDING, JobStatus.ACTIVE]},
-     "statuses"),
-    ("remove_jobs", {"queue": "existing", "statuses": ["pending", "running"]}, "statuses"),
-    ("remove_jobs", {"queue": "existing"}, "statuses"),
-    ("remove_jobs", {}, "job_ids"),
-    ("remove_schedule", {"schedule_id": "x"}, "schedule_id"),
-    ("pause_queue", {"queue": "existing", "mode": "everything"}, "mode"),
-    ("pause_queue", {"queue": NEW_QUEUE, "mode": "sometimes"}, "mode"),
-    ("pause_queue", {"queue": "q" * 129}, "queue"),
-    ("resume_queue", {"queue": ""}, "queue"),
-    ("get_job", {"job_id": "nope"}, "job_id"),
-    ("get_jobs", {"queue": "existing", "limit": 501}, "limit"),
-    ("get_jobs", {"queue": "existing", "limit": 0}, "limit"),
-    ("get_jobs", {"queue": "existing", "offset": -1}, "offset"),
-    ("get_jobs", {"queue": "existing", "statuses": ["running"]}, "statuses"),
-    ("get_queue_stats", {"queue": ""}, "queue"),
-    ("get_queues", {"limit": 501}, "limit"),
-    ("get_schedules", {"enabled": "yes"}, "enabled"),
-]
-
-
-@pytest.mark.parametrize(("method", "kwargs", "argument"), MANAGE,
-                         ids=[f"{m}-{a}-{i}" for i, (m, _, a) in enumerate(MANAGE)])
-def test_managing_and_reading_bad_input_writes_nothing(
-    client: Any, db: psycopg.Connection[Any], schema: str, existing: dict[str, str],
-    method: str, kwargs: dict[str, Any], argument: str,
-) -> None:
-    assert_rejected_without_writing(
-        db, schema, lambda: getattr(client, method)(**kwargs), argument)
 
 
 def test_remove_jobs_with_both_ids_and_queue_removes_nothing(

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -23,6 +22,7 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.queries import Query, queries_for
+from tests.support.plans import plan_nodes
 
 Db = psycopg.Connection[Any]
 
@@ -72,12 +72,6 @@ def explain(db: Db, query: Query, *, fmt: str) -> Any:
     with db.transaction(force_rollback=True):
         rows = db.execute(statement, dict(query.params)).fetchall()
     return rows[0][0] if fmt == "JSON" else "\n".join(row[0] for row in rows)
-
-
-def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from plan_nodes(child)
 
 
 def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,

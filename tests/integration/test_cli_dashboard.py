@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -15,15 +14,10 @@ import pytest
 from portqueue import PortQueue
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.cli import Cli
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 PASSWORD = "s3cret-dash-pw"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _get(url: str, user: str | None = None) -> tuple[int, str]:
@@ -50,7 +44,7 @@ def test_dashboard_serves_with_basic_auth_until_interrupted(
     pg_dsn: str, schema: str, pq: PortQueue
 ) -> None:
     pq.add_job(queue="cli-dashboard-queue", data={})
-    port = _free_port()
+    port = free_port()
     env = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema,
                   PORTQUEUE_DASHBOARD_AUTH=f"ops:{PASSWORD}")
     process = subprocess.Popen([*cli_command(), "dashboard", "--port", str(port)], env=env,

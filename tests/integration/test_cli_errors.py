@@ -34,7 +34,7 @@ COMMANDS = {
     "prune": ["prune"],
     "dashboard": ["dashboard"],
 }
-CLOSED_PASSWORD = conninfo_to_dict(CLOSED_PORT_DSN)["password"]
+CLOSED_PASSWORD = str(conninfo_to_dict(CLOSED_PORT_DSN)["password"])
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_the_password_never_appears_in_output(cli: Cli, pg_dsn: str, pq: PortQue
     params = conninfo_to_dict(pg_dsn)
     # Trust authentication ignores a password; a server that checks one has it in pg_dsn.
     password = str(params.setdefault("password", "Pw-that-must-not-leak"))
-    dsn = make_conninfo(**params)
+    dsn = make_conninfo("", **params)
     for command in [*(c for name, c in COMMANDS.items() if name != "dashboard"),
                     ["job", "bad-id"], ["jobs", "emails", "--status", "nope"],
                     ["stats", "--schema", "no_such_schema"]]:

@@ -10,9 +10,9 @@ import pytest
 from psycopg import sql
 
 from portqueue import JobStatus, PortQueue
-from tests.conftest import count_jobs
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.cli import Cli, run_on_terminal
+from tests.support.rows import count_jobs
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness
 

@@ -10,9 +10,9 @@ import psycopg
 from psycopg import sql
 
 from portqueue import PortQueue
-from tests.conftest import count_jobs
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.cli import run_on_terminal
+from tests.support.rows import count_jobs
 
 
 def test_prune_removes_jobs_past_retention_and_prints_the_counts(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,8 +19,9 @@ from psycopg.conninfo import make_conninfo
 
 from portqueue import AddJobResult, DeduplicationReason, JobStatus, PortQueue
 from portqueue.tx import from_psycopg
-from tests.conftest import count_jobs
-from tests.support.rows import CallerTx, count_rows, is_async
+from tests.support.activity import waiting_on_locks
+from tests.support.rows import CallerTx, count_jobs, count_rows, is_async
+from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 ADDS = 50
@@ -69,9 +68,9 @@ def assert_one_winner(results: list[AddJobResult], reason: DeduplicationReason) 
 
 
 def test_fifty_concurrent_adds_with_one_idempotency_key(
-    client: Any, db: Db, schema: str
+    both_clients: Any, db: Db, schema: str
 ) -> None:
-    results = add_concurrently(client, ADDS, queue="payments", idempotency_key="charge:42")
+    results = add_concurrently(both_clients, ADDS, queue="payments", idempotency_key="charge:42")
     assert len(results) == ADDS
     job_id = assert_one_winner(results, DeduplicationReason.IDEMPOTENCY)
     assert all(r.status is JobStatus.PENDING and r.queue == "payments" for r in results)
@@ -81,24 +80,24 @@ def test_fifty_concurrent_adds_with_one_idempotency_key(
 
 
 def test_fifty_concurrent_adds_with_one_singleton_key(
-    client: Any, db: Db, schema: str
+    both_clients: Any, db: Db, schema: str
 ) -> None:
-    results = add_concurrently(client, ADDS, queue="reindex", singleton_key="reindex:acme")
+    results = add_concurrently(both_clients, ADDS, queue="reindex", singleton_key="reindex:acme")
     assert len(results) == ADDS
     job_id = assert_one_winner(results, DeduplicationReason.SINGLETON)
     assert count_jobs(db, schema) == 1
     assert count_jobs(db, schema, f"id = '{job_id}'") == 1
 
 
-def test_concurrent_adds_with_both_keys(client: Any, db: Db, schema: str) -> None:
-    results = add_concurrently(client, ADDS, queue="both", idempotency_key="i",
+def test_concurrent_adds_with_both_keys(both_clients: Any, db: Db, schema: str) -> None:
+    results = add_concurrently(both_clients, ADDS, queue="both", idempotency_key="i",
                                singleton_key="s")
     job_id = assert_one_winner(results, DeduplicationReason.IDEMPOTENCY)
     assert count_jobs(db, schema) == 1 and results[0].job_id == job_id
 
 
-def test_concurrent_recurring_adds_with_one_key(client: Any, db: Db, schema: str) -> None:
-    results = add_concurrently(client, 20, queue="digest", idempotency_key="daily",
+def test_concurrent_recurring_adds_with_one_key(both_clients: Any, db: Db, schema: str) -> None:
+    results = add_concurrently(both_clients, 20, queue="digest", idempotency_key="daily",
                                schedule={"cron": "0 8 * * *"})
     schedule_ids = {r.schedule_id for r in results}
     assert len(schedule_ids) == 1 and None not in schedule_ids
@@ -108,7 +107,7 @@ def test_concurrent_recurring_adds_with_one_key(client: Any, db: Db, schema: str
 
 
 def test_concurrent_batches_with_overlapping_keys(
-    client: Any, db: Db, schema: str
+    both_clients: Any, db: Db, schema: str
 ) -> None:
     # Batches naming the same keys in different orders must neither deadlock
     # nor raise: every batch gets one result per entry naming the one job.
@@ -119,19 +118,19 @@ def test_concurrent_batches_with_overlapping_keys(
         return [{"data": {"batch": i, "key": key}, "idempotency_key": key}
                 for key in orders[i % len(orders)]]
 
-    if is_async(client):
+    if is_async(both_clients):
 
         async def run() -> list[list[AddJobResult]]:
-            return await asyncio.gather(*(client.inner.add_jobs(queue="batches", jobs=batch(i))
-                                          for i in range(16)))
+            return await asyncio.gather(
+                *(both_clients.inner.add_jobs(queue="batches", jobs=batch(i)) for i in range(16)))
 
-        outcomes = client.run(run())
+        outcomes = both_clients.run(run())
     else:
         barrier = threading.Barrier(16, timeout=30)
 
         def one(i: int) -> list[AddJobResult]:
             barrier.wait()
-            return client.add_jobs(queue="batches", jobs=batch(i))  # type: ignore[no-any-return]
+            return both_clients.add_jobs(queue="batches", jobs=batch(i))  # type: ignore[no-any-return]
 
         with ThreadPoolExecutor(max_workers=16) as pool:
             outcomes = list(pool.map(one, range(16)))
@@ -243,21 +242,6 @@ def test_duplicate_of_a_job_added_earlier_in_the_same_tx(
     assert count_jobs(db, schema) == 2
 
 
-def wait_until(condition: Callable[[], bool], deadline_seconds: float, what: str) -> None:
-    deadline = time.monotonic() + deadline_seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.01)
-
-
-def waiting_on_locks(db: Db, application_name: str) -> int:
-    row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
-                     "AND wait_event_type = 'Lock'", [application_name]).fetchone()
-    assert row is not None
-    return int(row[0])
-
-
 @pytest.mark.parametrize("first_writer", ["commits", "rolls back"])
 @pytest.mark.parametrize("key", ["idempotency_key", "singleton_key"])
 def test_duplicates_waiting_on_an_uncommitted_first_writer(
@@ -269,15 +253,16 @@ def test_duplicates_waiting_on_an_uncommitted_first_writer(
     tag = f"pq-dup-{key}-{first_writer.replace(' ', '-')}"
     dsn = make_conninfo(pg_dsn, application_name=tag)
     n = CONNECTIONS - 1
+    keyed: dict[str, Any] = {key: "the-key"}
     with psycopg.connect(dsn) as first_conn:
         first = pq.add_job(queue="q", data={"first": True}, tx=from_psycopg(first_conn),
-                           **{key: "the-key"})
+                           **keyed)
         assert not first.deduplicated
 
         def duplicate(i: int) -> tuple[AddJobResult, Any]:
             with psycopg.connect(dsn) as conn:
                 result = pq.add_job(queue="q", data={"n": i}, tx=from_psycopg(conn),
-                                    **{key: "the-key"})
+                                    **keyed)
                 # the transaction is still usable after a dedup
                 after = conn.execute("SELECT %s::int", [i]).fetchone()
                 conn.commit()
@@ -311,12 +296,12 @@ def test_duplicates_waiting_on_an_uncommitted_first_writer(
 
 
 def test_concurrent_caller_transactions_with_one_key(
-    client: Any, pg_dsn: str, db: Db, schema: str
+    both_clients: Any, pg_dsn: str, db: Db, schema: str
 ) -> None:
     """Many callers, each in its own transaction on its own connection, add the same
     key and then keep using and commit their transactions."""
     n = CONNECTIONS
-    if is_async(client):
+    if is_async(both_clients):
 
         async def run() -> list[tuple[AddJobResult, Any]]:
             connected = 0
@@ -329,7 +314,7 @@ def test_concurrent_caller_transactions_with_one_key(
                     if connected == n:  # everyone is connected: go together
                         start.set()
                     await start.wait()
-                    result = await client.inner.add_job(
+                    result = await both_clients.inner.add_job(
                         queue="payments", data={"n": i}, idempotency_key="charge:7",
                         tx=from_psycopg(conn))
                     cursor = await conn.execute("SELECT %s::int", [i])
@@ -339,14 +324,14 @@ def test_concurrent_caller_transactions_with_one_key(
 
             return await asyncio.gather(*(one(i) for i in range(n)))
 
-        outcomes = client.run(run())
+        outcomes = both_clients.run(run())
     else:
         barrier = threading.Barrier(n, timeout=30)
 
         def one(i: int) -> tuple[AddJobResult, Any]:
             with psycopg.connect(pg_dsn) as conn:
                 barrier.wait()
-                result = client.add_job(queue="payments", data={"n": i},
+                result = both_clients.add_job(queue="payments", data={"n": i},
                                         idempotency_key="charge:7", tx=from_psycopg(conn))
                 after = conn.execute("SELECT %s::int", [i]).fetchone()
                 conn.commit()

@@ -9,6 +9,7 @@ the handler, and the row says how many attempts the job had."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import psycopg
@@ -48,7 +49,7 @@ def test_jobs_added_before_the_worker_starts_get_the_declared_retry(
 
     harness.start()
     for job_id in ids:
-        row = wait_until(lambda job_id=job_id: finished_row(db, schema, str(job_id)),
+        row = wait_until(partial(finished_row, db, schema, str(job_id)),
                          timeout=20, what=f"job {job_id} to fail for good")
         assert (row["status"], row["attempt"], len(row["errors"])) == ("failed", 2, 2)
 

@@ -13,7 +13,7 @@ import asyncio
 import json
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -28,7 +28,8 @@ from portqueue.maintenance import maintenance_services
 from portqueue.queries import Query, queries_for
 from portqueue.types import AddJobResult
 from portqueue.worker.state import Claimed
-from tests.conftest import count_jobs
+from tests.support.plans import plan_nodes
+from tests.support.rows import count_jobs
 
 Db = psycopg.Connection[Any]
 
@@ -52,12 +53,6 @@ def completion(schema: str, rows: list[dict[str, Any]]) -> Query:
     jobs = [{"id": str(row["id"]), "lease_token": row["lease_token"], "status": "completed",
              "output": None} for row in rows]
     return queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
-
-
-def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", []):
-        yield from plan_nodes(child)
 
 
 def test_a_completion_is_pinned_to_the_primary_key(pq: PortQueue, db: Db, schema: str) -> None:
@@ -282,7 +277,7 @@ async def test_the_worker_pool_runs_one_statement_alone_and_several_in_one_trans
         assert db.execute(sql.SQL("SELECT count(*) FROM {}.queue WHERE name = 'half'").format(
             sql.Identifier(schema))).fetchone() == (1,), "one statement commits alone"
         for service in maintenance_services(worker.settings, worker.connections.pool):
-            await service.run_once()
+            await service.run_once()  # type: ignore[attr-defined]
         states = db.execute(
             "SELECT state FROM pg_stat_activity WHERE datname = current_database() "
             "AND application_name = 'portqueue:worker'").fetchall()

@@ -1,5 +1,5 @@
 """SPEC §3.2, managing: pause/resume, retry, cancel, remove jobs and schedules,
-on both clients against real PostgreSQL.
+against real PostgreSQL.
 
 States the API cannot reach without a worker (active, failed, completed) are
 set with test-written SQL; outcomes are read back with SQL too."""
@@ -23,8 +23,8 @@ from portqueue import (
     QueueInfo,
     QueuePausedError,
 )
-from tests.conftest import count_jobs
 from tests.support.rows import (
+    count_jobs,
     count_rows,
     db_now,
     finish,

@@ -21,23 +21,17 @@ import pytest
 from portqueue import InvalidArgument, PortQueue, operations
 from portqueue.queries import Batch, Query
 from portqueue.settings import client_settings
-from tests.conftest import count_jobs
-from tests.hostile.support import Unchanged, assert_refused
-from tests.integration.test_tx_conformance import (  # noqa: F401 (fixtures)
-    QUEUE,
-    caller,
-    count_orders,
-    django_alias,
-    orders,
-)
 from tests.support.cli import Cli
-from tests.support.tx_adapters import CallerTransaction
+from tests.support.refusals import Unchanged, assert_refused
+from tests.support.rows import count_jobs
+from tests.support.tx_adapters import CallerTransaction, count_orders
 
 Db = psycopg.Connection[Any]
 
 TOO_COMPLEX = "((a{0,20}){0,20}){0,20}b"  # refused by PostgreSQL after ~3 s of CPU
 SLOW = "(a{0,255}){39}b"  # compiled, in 0.2-0.3 s: over the deadline
 HOSTILE = [TOO_COMPLEX, SLOW]
+QUEUE = "fulfillment"
 
 
 @pytest.mark.parametrize("pattern", HOSTILE, ids=["too-complex", "slow"])
@@ -98,7 +92,7 @@ def test_accepted_patterns_are_stored(client: Any, db: Db, schema: str) -> None:
 
 
 def test_a_refusal_leaves_the_callers_transaction_usable(
-    caller: CallerTransaction, db: Db, schema: str  # noqa: F811
+    caller: CallerTransaction, db: Db, schema: str
 ) -> None:
     caller.begin()
     ((timeout,),) = caller.execute("SHOW statement_timeout")

@@ -1,5 +1,5 @@
 """SPEC §3.1, producing: add_job with every option, recurring adds, idempotency and
-singleton keys, queue defaults, and add_jobs, on both clients against real PostgreSQL.
+singleton keys, queue defaults, and add_jobs, against real PostgreSQL.
 
 What portqueue wrote is read back with plain SQL; time is checked against the
 database clock (``SELECT now()``), never the test's."""
@@ -31,9 +31,10 @@ from portqueue import (
     Schedule,
 )
 from portqueue.operations import STREAM_CHUNK
-from tests.conftest import count_jobs
 from tests.support.rows import (
     CallerTx,
+    assert_utc,
+    count_jobs,
     count_rows,
     db_now,
     finish,
@@ -45,11 +46,6 @@ from tests.support.rows import (
 )
 
 Db = psycopg.Connection[Any]
-
-
-def assert_utc(value: datetime | None) -> None:
-    assert value is not None
-    assert value.tzinfo is not None and value.utcoffset() == timedelta(0)
 
 
 # --- add_job: result and defaults ---

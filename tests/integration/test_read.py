@@ -1,5 +1,5 @@
 """SPEC §3.3, reading: get_job, get_jobs, get_queue_stats, get_queues, get_schedules,
-and hostile queue names stored byte-exact, on both clients against real PostgreSQL."""
+and hostile queue names stored byte-exact, against real PostgreSQL."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ from portqueue import (
     QueueStats,
     ScheduleInfo,
 )
-from tests.conftest import count_jobs
 from tests.support.clients import BlockingAsyncClient
 from tests.support.rows import (
+    assert_utc,
+    count_jobs,
     count_rows,
     db_now,
     finish,
@@ -39,11 +40,6 @@ from tests.support.rows import (
 
 Db = psycopg.Connection[Any]
 UNKNOWN_ID = "01900000-0000-7000-8000-000000000000"
-
-
-def assert_utc(value: datetime | None) -> None:
-    assert value is not None
-    assert value.tzinfo is not None and value.utcoffset() == timedelta(0)
 
 
 def datetimes_of(snapshot: Any) -> dict[str, datetime]:

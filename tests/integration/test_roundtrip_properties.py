@@ -30,48 +30,11 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from portqueue import InvalidArgument, JobStatus, PortQueue, validation
-from tests.conftest import count_jobs
+from tests.support.inputs import exact, json_values, jsonb_model
+from tests.support.rows import count_jobs
 
 PROPERTY = settings(
     max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-
-# Text jsonb and Postgres text can store: any code point but NUL and surrogates.
-storable_text = st.text(st.characters(codec="utf-8", exclude_characters="\x00"))
-numbers = (
-    st.integers()
-    | st.integers(min_value=-(10**4299), max_value=10**4299)  # Python's 4300-digit print limit
-    | st.floats(allow_nan=False, allow_infinity=False)
-)
-json_values = st.recursive(
-    st.none() | st.booleans() | numbers | storable_text,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(storable_text, children, max_size=4),
-    max_leaves=24,
-)
-
-
-def jsonb_model(value: Any) -> Any:
-    """What jsonb gives back for ``value`` (see the module docstring)."""
-    if isinstance(value, dict):
-        keys = sorted(value, key=lambda k: (len(k.encode()), k.encode()))
-        return {k: jsonb_model(value[k]) for k in keys}
-    if isinstance(value, list):
-        return [jsonb_model(v) for v in value]
-    if isinstance(value, float) and value == 0.0:
-        return 0.0
-    return value
-
-
-def exact(value: Any) -> Any:
-    """A form in which == is exact: types, float bits, list and key order all count."""
-    if isinstance(value, dict):
-        return ("dict", [(k, exact(v)) for k, v in value.items()])
-    if isinstance(value, list):
-        return ("list", [exact(v) for v in value])
-    if isinstance(value, float):
-        return ("float", value.hex())
-    return (type(value).__name__, value)
-
 
 def test_exact_tells_apart_what_plain_equality_does_not() -> None:
     # The comparison below must be able to fail where == would not.
@@ -200,11 +163,12 @@ def test_names_with_nul_or_a_surrogate_are_refused_before_io(
     unused: UnusedClient, db: psycopg.Connection[Any], schema: str,
     bad: str, queue_kind: int,
 ) -> None:
-    argument, kwargs = [
+    cases: list[tuple[str, dict[str, Any]]] = [
         ("queue", {"queue": bad[:128]}),
         ("idempotency_key", {"queue": "q", "idempotency_key": bad[:512]}),
         ("group_id", {"queue": "q", "group_id": bad[:512]}),
-    ][queue_kind]
+    ]
+    argument, kwargs = cases[queue_kind]
     if not any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in kwargs[argument]):
         return  # truncation cut the bad character off
     with pytest.raises(InvalidArgument) as info:

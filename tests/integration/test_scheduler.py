@@ -23,8 +23,9 @@ from psycopg.rows import dict_row
 
 from portqueue import JobStatus, PauseMode, PortQueue
 from portqueue.scheduler import Scheduler
-from tests.support.rows import count_rows, db_now, schedule_row
+from tests.support.rows import count_rows, db_now, schedule_row, spawned_jobs
 from tests.support.services import run_once, service_pool, settings_for
+from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -42,14 +43,6 @@ def set_schedule(db: Db, schema: str, schedule_id: str, assignments: str) -> dic
         row = cursor.fetchone()
     assert row is not None
     return row
-
-
-def spawned_jobs(db: Db, schema: str, schedule_id: str) -> list[dict[str, Any]]:
-    query = sql.SQL("SELECT * FROM {} WHERE schedule_id = %s ORDER BY scheduled_for").format(
-        sql.Identifier(schema, "job"))
-    with db.cursor(row_factory=dict_row) as cursor:
-        cursor.execute(query, [schedule_id])
-        return cursor.fetchall()
 
 
 def make_due(db: Db, schema: str, schedule_id: str, ago: str = "1 second") -> datetime:
@@ -361,13 +354,6 @@ def test_recurring_adds_dedup_on_idempotency_key(
 # --- inside a worker (SPEC §4.1: start() runs the scheduler unless scheduler=False) ---
 
 
-def wait_for(condition: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def test_a_started_worker_spawns_and_runs_scheduled_jobs(
     pg_dsn: str, schema: str, db: Db
 ) -> None:
@@ -378,7 +364,8 @@ def test_a_started_worker_spawns_and_runs_scheduled_jobs(
         assert added.schedule_id
         client.start(maintenance=False)
         try:
-            wait_for(lambda: count_rows(db, schema, "job", "status = 'completed'") >= 2)
+            wait_until(lambda: count_rows(db, schema, "job", "status = 'completed'") >= 2,
+                       timeout=10, what="two completed jobs")
         finally:
             client.stop()
     jobs = spawned_jobs(db, schema, added.schedule_id)
@@ -401,10 +388,11 @@ def test_a_process_with_no_handler_runs_the_scheduler_with_queues_empty(
         assert added.schedule_id
         client.start(queues=[])
         try:
-            wait_for(lambda: rows_of(db, schema, "worker"))
+            wait_until(lambda: rows_of(db, schema, "worker"), timeout=10, what="a worker row")
             (worker,) = rows_of(db, schema, "worker")
             assert worker["queues"] == [] and worker["concurrency"] == 0
-            wait_for(lambda: len(spawned_jobs(db, schema, added.schedule_id)) >= 2)
+            wait_until(lambda: len(spawned_jobs(db, schema, added.schedule_id)) >= 2,
+                       timeout=10, what="two spawned jobs")
         finally:
             client.stop()
     assert {job["status"] for job in spawned_jobs(db, schema, added.schedule_id)} == {"pending"}

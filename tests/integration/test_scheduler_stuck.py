@@ -20,8 +20,7 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.scheduler import Scheduler
-from tests.integration.test_scheduler import spawned_jobs
-from tests.support.rows import db_now, schedule_row
+from tests.support.rows import db_now, schedule_row, spawned_jobs
 from tests.support.services import service_pool, settings_for
 from tests.support.waiting import wait_until
 

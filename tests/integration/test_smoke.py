@@ -1,4 +1,5 @@
-"""The shortest path through producing and reading, on both clients."""
+"""The shortest path through producing and reading (the async client's is in
+tests/integration/test_client_parity.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 import psycopg
 
 from portqueue import JobStatus
-from tests.conftest import count_jobs
+from tests.support.rows import count_jobs
 
 
 def test_added_job_is_readable(client: Any, db: psycopg.Connection[Any], schema: str) -> None:

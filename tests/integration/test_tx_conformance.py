@@ -38,76 +38,10 @@ from portqueue import (
     QueuePausedError,
 )
 from portqueue.tx import from_django, from_psycopg, from_sqlalchemy
-from tests.conftest import count_jobs
-from tests.support.tx_adapters import (
-    HARNESSES,
-    CallerTransaction,
-    Django,
-    create_orders_table,
-    django_database,
-    sqlalchemy_url,
-)
+from tests.support.rows import count_jobs, count_rows
+from tests.support.tx_adapters import CallerTransaction, count_orders, sqlalchemy_url
 
 QUEUE = "fulfillment"
-DJANGO_ALIAS = "portqueue_tx"
-
-# --- fixtures ---
-
-
-@pytest.fixture(scope="session")
-def django_alias(pg_dsn: str) -> str:
-    """A Django database alias on the test database, configured once per process.
-
-    When nothing configured Django yet, this suite does (``default``); when
-    another module already did, the suite adds an alias of its own rather than
-    touch a configuration it does not own."""
-    # Django 6 (the tasks backend's) needs Python >= 3.12; the dev extra skips
-    # it on older interpreters, and so do these cases.
-    django = pytest.importorskip("django")
-    from django.conf import settings
-
-    database = django_database(pg_dsn)
-    if not settings.configured:
-        settings.configure(
-            DATABASES={"default": database},
-            INSTALLED_APPS=[],
-            USE_TZ=True,
-            TIME_ZONE="UTC",
-        )
-        django.setup()
-        return "default"
-    from django.db import connections
-
-    if DJANGO_ALIAS not in connections.settings:
-        # configure_settings fills in Django's defaults (it insists on a
-        # "default" entry, a placeholder here: only our alias is kept).
-        configured = connections.configure_settings({"default": {}, DJANGO_ALIAS: database})
-        connections.settings[DJANGO_ALIAS] = configured[DJANGO_ALIAS]
-    return DJANGO_ALIAS
-
-
-@pytest.fixture
-def orders(db: psycopg.Connection[Any]) -> None:
-    create_orders_table(db)
-
-
-@pytest.fixture(params=list(HARNESSES))
-def caller(
-    request: pytest.FixtureRequest, pg_dsn: str, schema: str, orders: None
-) -> Iterator[CallerTransaction]:
-    """One caller's transaction per adapter; closed (and rolled back if open) after the test."""
-    harness_type = HARNESSES[request.param]
-    if harness_type is Django:
-        harness: CallerTransaction = Django(
-            pg_dsn, schema, using=request.getfixturevalue("django_alias"))
-    else:
-        harness = harness_type(pg_dsn, schema)
-    try:
-        yield harness
-    finally:
-        harness.close()
-
-
 @pytest.fixture
 def listener(pg_dsn: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
     """A separate connection LISTENing on the job channel, as a worker would."""
@@ -121,19 +55,6 @@ def listener(pg_dsn: str, schema: str) -> Iterator[psycopg.Connection[Any]]:
 
 def job_channel(schema: str) -> str:
     return f"{schema}.job"
-
-
-def count_orders(db: psycopg.Connection[Any]) -> int:
-    row = db.execute("SELECT count(*) FROM tx_conformance.orders").fetchone()
-    assert row is not None
-    return int(row[0])
-
-
-def count_rows(db: psycopg.Connection[Any], schema: str, table: str) -> int:
-    row = db.execute(
-        sql.SQL("SELECT count(*) FROM {}").format(sql.Identifier(schema, table))).fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 def job_table(schema: str) -> str:
@@ -157,7 +78,7 @@ def notifications_before_marker(
     """
     marker = f"marker:{uuid.uuid4()}"
     db.execute("SELECT pg_notify(%s, %s)", (channel, marker))
-    payloads = []
+    payloads: list[str] = []
     for notification in listener.notifies(timeout=10):
         if notification.payload == marker:
             return payloads

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from tests.support.activity import handler_connections
 from tests.support.rows import job_row, update_job
 from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import (
@@ -52,14 +53,6 @@ def written_together(db: Db, schema: str, job_id: str) -> bool:
         sql.Identifier(schema, "job")), [job_id]).fetchone()
     assert effect is not None and job is not None
     return bool(effect[0] == job[0])
-
-
-def handler_connections(db: Db) -> int:
-    row = db.execute(
-        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-        "AND application_name = 'portqueue:handler'").fetchone()
-    assert row is not None
-    return int(row[0])
 
 
 # --- the job's fields ---

@@ -198,7 +198,7 @@ def test_backoff_delays_follow_the_policy(harness: SyncHarness, db: Db, schema: 
         raise Boom(str(job.attempt))
 
     harness.start(poll_interval=0.05)
-    policies = {
+    policies: dict[str, tuple[dict[str, Any], list[int]]] = {
         "fixed": ({"max_attempts": 4, "delay_seconds": 30}, [30, 30, 30]),
         "linear": ({"max_attempts": 4, "delay_seconds": 30,
                     "backoff": {"strategy": "linear"}}, [30, 60, 90]),

@@ -56,7 +56,7 @@ def test_stop_waits_for_in_flight_handlers(harness: SyncHarness, db: Db, schema:
     wait_until(active(db, schema, long), what="the long job to run")
     has_begun = stopping(pq)
     stop_returned: list[float] = []
-    stopper = threading.Thread(target=lambda: (pq.stop(), stop_returned.append(time.monotonic())))
+    stopper = threading.Thread(target=lambda: (pq.stop(), stop_returned.append(time.monotonic())))  # type: ignore[func-returns-value]
     stopper.start()
     wait_until(has_begun, what="stop() to begin")
     # Draining: no more claims, though a slot is free.
@@ -220,7 +220,7 @@ def test_a_claim_in_flight_when_stop_begins_is_not_left_active(
     lease lapses."""
     pq = harness.pq
     ran: list[str] = []
-    pq.create_queue(queue="racy", handler=lambda job: ran.append(job.id) or "ran")
+    pq.create_queue(queue="racy", handler=lambda job: ran.append(job.id) or "ran")  # type: ignore[func-returns-value]
     job_id = pq.add_job(queue="racy", data={}).job_id
     assert job_id
     with psycopg.connect(pg_dsn) as blocker:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -15,9 +14,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from portqueue import JobSnapshot, JobStatus, PortQueue
+from portqueue import JobStatus, PortQueue
 from portqueue.metrics import instrument, serve
 from portqueue.metrics.prometheus import PortQueueMetrics, run_time, start_latency
+from tests.support.snapshots import snapshot
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness
 
@@ -195,23 +195,6 @@ def test_a_database_outage_leaves_the_counters_scrapable(pq: PortQueue) -> None:
     finally:
         instrumented.close()
         broken.close()
-
-
-def snapshot(**fields: Any) -> JobSnapshot:
-    base = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    values: dict[str, Any] = {
-        "job_id": "0", "queue": "q", "status": JobStatus.ACTIVE, "data": None, "priority": 0,
-        "attempt": 1, "max_attempts": 3, "group_id": None, "idempotency_key": None,
-        "singleton_key": None, "preferred_instance_key_pattern": None, "schedule_id": None,
-        "created_at": base, "start_after": base, "started_at": None, "finished_at": None,
-        "expire_at": None, "retention_ttl_seconds": None, "output": None, "errors": [],
-        "progress": None, "attrs": {}, "cancel_requested": False, "source_job_id": None,
-    }
-    values.update({k: base + timedelta(seconds=v) if isinstance(v, float) else v
-                   for k, v in fields.items()})
-    names = JobSnapshot.__dataclass_fields__
-    return JobSnapshot(**{k: v for k, v in values.items() if k in names},
-                       **{k: None for k in names if k not in values})
 
 
 def test_latency_counts_from_the_later_of_created_at_and_start_after() -> None:

@@ -20,9 +20,9 @@ from prometheus_client import CollectorRegistry
 from portqueue import PortQueue
 from portqueue.metrics import instrument
 from portqueue.metrics.prometheus import start_latency
-from tests.metrics.test_prometheus import snapshot
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.rows import job_row
+from tests.support.snapshots import snapshot
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness, finished_row, row_where
 

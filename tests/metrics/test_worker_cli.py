@@ -5,7 +5,6 @@ the gauges match the database. SIGTERM still ends it cleanly."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -21,16 +20,11 @@ from typer.testing import CliRunner
 from portqueue import PortQueue
 from portqueue.cli import app
 from tests.migrations.conftest import cli_command, cli_env
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 Db = psycopg.Connection[Any]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float] | None:

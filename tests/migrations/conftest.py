@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from tests.conftest import dsn_for_database
+from tests.support.server import dsn_for_database
 
 ROOT = Path(__file__).resolve().parents[2]
 # A port nothing listens on: a command that connects to it fails at once.

@@ -125,7 +125,7 @@ def test_server_error_fails_without_the_password(pg_server_dsn: str) -> None:
     # error comes from the server this time, not from the connection attempt.
     params = conninfo_to_dict(pg_server_dsn)
     params.update(dbname="portqueue_no_such_database", password=PASSWORD)
-    result = run_cli("migrate", "--dsn", make_conninfo(**params))
+    result = run_cli("migrate", "--dsn", make_conninfo("", **params))
     assert result.returncode == 1, result.stderr
     assert "portqueue_no_such_database" in result.stderr
     assert PASSWORD not in result.stdout + result.stderr

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import make_conninfo
 
 from portqueue.migrate import migrate
 
@@ -29,7 +29,7 @@ def test_up_to_date_migrate_needs_no_create_privilege(
             sql.Identifier(role)))
         conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA portqueue TO {}").format(
             sql.Identifier(role)))
-    app_dsn = make_conninfo(**{**conninfo_to_dict(owner_dsn), "user": role})
+    app_dsn = make_conninfo(owner_dsn, user=role)
     try:
         migrate(app_dsn)  # nothing to do, so nothing it may not do
         with psycopg.connect(app_dsn) as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):

@@ -13,7 +13,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -23,6 +22,7 @@ from pathlib import Path
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 PGBOUNCER = os.environ.get("PORTQUEUE_TEST_PGBOUNCER_BIN", "/usr/sbin/pgbouncer")
@@ -73,12 +73,6 @@ class Bouncer:
         """Client logins PgBouncer logged (to ``database``, if given)."""
         marker = "login attempt: db=" + (f"{database} " if database else "")
         return self.log().count(marker)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _ini(directory: Path, port: int, server_host: str, server_port: str) -> Path:
@@ -139,7 +133,7 @@ def running_bouncer(server_dsn: str) -> Iterator[Bouncer]:
     server_host = str(params.get("host") or "127.0.0.1")
     server_port = str(params.get("port") or "5432")
     directory = Path(tempfile.mkdtemp(prefix="portqueue-pgbouncer-"))
-    port = _free_port()
+    port = free_port()
     ini = _ini(directory, port, server_host, server_port)
     log_path = directory / "pgbouncer.log"
     with log_path.open("wb") as log:

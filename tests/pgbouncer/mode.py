@@ -10,8 +10,12 @@ maintenance services tests build (tests/support/services.py) follow
 (the ``db`` fixture, lock holders, LISTEN observers) stay direct: they arrange
 and observe, they are not the code under test.
 
-Tests that need what transaction pooling takes away are skipped with the
-reason in ``NEEDS_A_SESSION``.
+The switch runs tests/integration only (``SCOPE``): the other folders start
+servers, PgBouncers or processes of their own, which this wiring does not
+reroute. CI runs it as a leg of its own (.ci/run). Tests that need what
+transaction pooling takes away are skipped with the reason in
+``NEEDS_A_SESSION``; tests that never use the test server, with the reason in
+``NOT_ROUTED``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import contextlib
 import functools
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,6 +33,8 @@ from portqueue import AsyncPortQueue, PortQueue
 from tests.pgbouncer.bouncer import Bouncer, available, running_bouncer
 
 SWITCH = "PORTQUEUE_TEST_PGBOUNCER"
+TESTS = Path(__file__).resolve().parents[1]
+SCOPE = TESTS / "integration"
 
 # node id (without parameters) -> why it cannot pass through PgBouncer in
 # transaction mode. Keep it short: each entry is a behaviour not covered there.
@@ -77,6 +84,11 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producers":
         "sets synchronous_commit with the `options` startup parameter, which PgBouncer "
         "refuses (behind PgBouncer: ALTER ROLE … SET synchronous_commit)",
+}
+
+NOT_ROUTED: dict[str, str] = {
+    "tests/integration/test_demo.py::test_demo_without_a_dsn_starts_an_embedded_server":
+        "starts an embedded server of its own and never connects to the test server",
 }
 
 _active: Bouncer | None = None
@@ -136,13 +148,24 @@ def _clients_through_pgbouncer(pg_server_dsn: str) -> Iterator[Bouncer]:
         assert bouncer.client_logins() > 0, "no client connected through PgBouncer"
 
 
+def pytest_ignore_collect(collection_path: Path) -> bool | None:
+    """Collect SCOPE (and the folders above it) only."""
+    if collection_path.name in ("__init__.py", "conftest.py"):
+        return None
+    if not collection_path.is_relative_to(TESTS) or SCOPE.is_relative_to(collection_path):
+        return None
+    return None if collection_path.is_relative_to(SCOPE) else True
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     # tests/pgbouncer/test_suite.py checks that every entry still names a test.
     for item in items:
-        reason = NEEDS_A_SESSION.get(item.nodeid.split("[", 1)[0])
+        node = item.nodeid.split("[", 1)[0]
+        reason = NEEDS_A_SESSION.get(node) or NOT_ROUTED.get(node)
         if reason is not None:
             item.add_marker(pytest.mark.skip(reason=f"{SWITCH}: {reason}"))
 
 
 def pytest_report_header() -> str:
-    return f"{SWITCH}=1: clients through PgBouncer in transaction mode, poll_only=True"
+    return (f"{SWITCH}=1: tests/integration, clients through PgBouncer in transaction mode, "
+            "poll_only=True")

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import signal
-import socket
 import subprocess
 import traceback
 from pathlib import Path
@@ -26,17 +25,11 @@ from portqueue import AsyncPortQueue, PortQueue
 from portqueue.maintenance import run_pass
 from portqueue.migrate import migrate
 from tests.migrations.conftest import cli_command, cli_env
+from tests.support.ports import free_port as closed_port
 from tests.support.waiting import wait_until, wait_until_async
 
 PASSWORD = "Pw-Secret-7f3a9c"
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def with_password(dsn: str, **overrides: Any) -> str:

@@ -7,7 +7,7 @@ cannot reach yet (active, finished) with test-written UPDATEs.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
@@ -49,6 +49,11 @@ def schedule_row(db: psycopg.Connection[Any], schema: str, schedule_id: str) -> 
 
 def queue_row(db: psycopg.Connection[Any], schema: str, queue: str) -> dict[str, Any] | None:
     return fetch_one(db, schema, "queue", "name = %s", [queue])
+
+
+def count_jobs(db: psycopg.Connection[Any], schema: str, where: str = "true") -> int:
+    """Rows in the job table matching a literal, test-written condition."""
+    return count_rows(db, schema, "job", where)
 
 
 def count_rows(
@@ -136,3 +141,20 @@ class CallerTx:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def assert_utc(value: datetime | None) -> None:
+    """``value`` is an aware datetime in UTC (what every API datetime must be)."""
+    assert value is not None
+    assert value.tzinfo is not None and value.utcoffset() == timedelta(0)
+
+
+def spawned_jobs(
+    db: psycopg.Connection[Any], schema: str, schedule_id: str
+) -> list[dict[str, Any]]:
+    """The jobs a schedule spawned, in tick order."""
+    query = sql.SQL("SELECT * FROM {} WHERE schedule_id = %s ORDER BY scheduled_for").format(
+        sql.Identifier(schema, "job"))
+    with db.cursor(row_factory=dict_row) as cursor:
+        cursor.execute(query, [schedule_id])
+        return cursor.fetchall()

@@ -107,10 +107,11 @@ class CallerTransaction(ABC):
     def _client_of(self, is_async: bool) -> Any:
         # With an instance key, as tests/conftest.py's clients: jobs may then
         # name a preferred_instance_key_pattern, which is checked in the tx.
-        settings = {"schema": self.schema, "instance_key": "test-host-ram-8gb"}
+        schema, key = self.schema, "test-host-ram-8gb"
         if is_async:
-            return BlockingAsyncClient(lambda: AsyncPortQueue(self.pg_dsn, **settings))
-        return PortQueue(self.pg_dsn, **settings)
+            return BlockingAsyncClient(
+                lambda: AsyncPortQueue(self.pg_dsn, schema=schema, instance_key=key))
+        return PortQueue(self.pg_dsn, schema=schema, instance_key=key)
 
     @contextmanager
     def other_client(self) -> Iterator[Any]:
@@ -464,3 +465,9 @@ HARNESSES: dict[str, type[CallerTransaction]] = {
         Django,
     )
 }
+
+
+def count_orders(db: psycopg.Connection[Any]) -> int:
+    row = db.execute("SELECT count(*) FROM tx_conformance.orders").fetchone()
+    assert row is not None
+    return int(row[0])

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -36,10 +36,19 @@ def wait_until(
         time.sleep(interval)
 
 
+@overload
 async def wait_until_async(
-    predicate: Callable[[], T | Awaitable[T]], timeout: float = 5.0, what: str = "condition",
+    predicate: Callable[[], Awaitable[T]], timeout: float = ..., what: str = ...,
+    interval: float = ...,
+) -> T: ...
+@overload
+async def wait_until_async(
+    predicate: Callable[[], T], timeout: float = ..., what: str = ..., interval: float = ...,
+) -> T: ...
+async def wait_until_async(
+    predicate: Callable[[], Any], timeout: float = 5.0, what: str = "condition",
     interval: float = POLL_SECONDS,
-) -> T:
+) -> Any:
     """``wait_until`` for async tests: yields to the loop between polls (so a
     worker running on the test's loop makes progress); ``predicate`` may be
     sync or return an awaitable."""
@@ -49,7 +58,7 @@ async def wait_until_async(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[no-any-return]
+            return value
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what} "
                                  f"(last value: {value!r})")

@@ -108,7 +108,12 @@ async def test_a_set_from_another_thread_wakes_every_async_waiter() -> None:
     waiters = [asyncio.ensure_future(signal.wait()) for _ in range(3)]
     await asyncio.sleep(0.01)  # every waiter is registered
     assert not any(w.done() for w in waiters)
-    setter = threading.Thread(target=lambda: (time.sleep(0.02), state.set("cancelled")))
+
+    def set_later() -> None:
+        time.sleep(0.02)
+        state.set("cancelled")
+
+    setter = threading.Thread(target=set_later)
     setter.start()
     await asyncio.wait_for(asyncio.gather(*waiters), 2)
     setter.join()

@@ -34,6 +34,12 @@ from portqueue import (
     validation,
 )
 from portqueue.migrate import migrate, migration_sql
+from tests.support.inputs import (
+    DIFFERENT_MEANING_PATTERNS,
+    PYTHON_ONLY_PATTERNS,
+    exact_string,
+    nested_lists,
+)
 
 CLOSED_DSN = "postgresql://x@127.0.0.1:1/x"
 INSTANCE_KEY = "test-host-ram-8gb"
@@ -94,16 +100,6 @@ def assert_names(error: BaseException, argument: str) -> None:
     assert isinstance(error, InvalidArgument)
     assert error.argument == argument
     assert str(error).startswith(f"{argument}: ")
-
-
-def nested_lists(depth: int) -> list[Any]:
-    """``depth`` nested lists, built without recursion: [[[...]]]."""
-    outer: list[Any] = []
-    inner = outer
-    for _ in range(depth - 1):
-        inner.append([])
-        inner = inner[0]
-    return outer
 
 
 def circular() -> list[Any]:
@@ -400,45 +396,6 @@ def test_pattern_in_a_batch_entry_needs_an_instance_key(invoke: Invoke) -> None:
     assert_names(info.value, "jobs[1].preferred_instance_key_pattern")
 
 
-# Patterns Python's re compiles but Postgres's ~ refuses (each is checked
-# against Postgres in tests/integration/test_bad_input.py).
-PYTHON_ONLY_PATTERNS = [
-    "(?P<name>gpu)",
-    "(?P<n>a)(?P=n)",
-    "(?>atomic)",
-    "a++",
-    "a*+",
-    "a{2}+",
-    "a?+",
-    "(a)?(?(1)b|c)",
-    r"\N{LATIN SMALL LETTER A}",
-    "a{256}",
-    "a{1,1000}",
-    "(a{255}){200}",
-    "(?a)ram",
-    "(?u)ram",
-    "(?i:ram)",
-    "(?-i:ram)",
-    "(?i)(?s)ram",
-    "a{1",
-    "a{1,2,3}",
-    "a{1 }",
-    "[\\1]",
-    "(?=a)*",
-    "(a)(?=\\1)",
-]
-
-# Valid in both engines but read differently, so refused too.
-DIFFERENT_MEANING_PATTERNS = [
-    r"\bgpu\b",  # word boundary in Python, backspace in Postgres
-    r"\Bx",  # non-boundary in Python, a backslash in Postgres
-    "a{,3}",  # 0 to 3 a's in Python, the text "a{,3}" in Postgres
-    "[[:alpha:]]",  # a POSIX class in Postgres, a set plus "]" in Python
-    "(?x)ram 8gb",  # verbose mode would hide structure from the check
-    "(?#comment)ram",
-    r"(a)\1",
-]
-
 PORTABLE_PATTERNS = [
     "ram-8gb.*cpu-4cor",
     "^host-[0-9]+$",
@@ -471,13 +428,6 @@ def test_portable_pattern_is_accepted(pattern: str) -> None:
 
 
 # --- payload size ---
-
-
-def exact_string(size: int, unit: str = "x") -> str:
-    """A string whose JSON encoding is exactly ``size`` bytes (``unit`` is one char)."""
-    unit_bytes = len(json.dumps(unit, ensure_ascii=False).encode()) - 2
-    count, rest = divmod(size - 2, unit_bytes)
-    return unit * count + "x" * rest
 
 
 @pytest.mark.parametrize("unit", ["x", "é", "\U0001f600", "\n", '"'])
