@@ -35,7 +35,10 @@ def test_portqueue_metrics_have_no_created_series_and_the_users_keep_theirs(
     mine.inc()
     metrics = instrument(pq, registry=registry, cache_seconds=0)
     try:
-        @pq.handler("created-series", retry={"max_attempts": 2})
+        # A second's delay before the retry: the failed attempt's event reads
+        # the job before it is claimed again, so its run time is observed
+        # (run_time() cannot time an attempt whose start was overwritten).
+        @pq.handler("created-series", retry={"max_attempts": 2, "delay_seconds": 1})
         def handler(job: Any) -> None:
             if job.attempt == 1:
                 raise RuntimeError("once")
@@ -43,7 +46,8 @@ def test_portqueue_metrics_have_no_created_series_and_the_users_keep_theirs(
         harness.start()
         job_id = pq.add_job(queue="created-series", data={}).job_id
         assert job_id
-        wait_until(lambda: finished_row(db, schema, job_id), what="the job to finish")
+        wait_until(lambda: finished_row(db, schema, job_id), timeout=15,
+                   what="the job to finish")
         labels = {"queue": "created-series"}
         wait_until(lambda: registry.get_sample_value("portqueue_job_run_seconds_count",
                                                      labels) == 2, what="both attempts")

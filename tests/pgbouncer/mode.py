@@ -44,6 +44,8 @@ _NOTIFY = ("times the LISTEN/NOTIFY path, which poll_only turns off; the poll_on
 _SERVER_CONNECTIONS = ("waits for the handler pool's server connections to close; PgBouncer "
                        "keeps server connections open (and named after their last client) "
                        "by design")
+_WAITER_SESSION = ("finds the waiter's read in pg_stat_activity by its application_name; "
+                   "PgBouncer's server connections keep their last client's name")
 NEEDS_A_SESSION: dict[str, str] = {
     "tests/integration/test_read.py::test_datetimes_are_utc_whatever_the_session_time_zone":
         "sets the session time zone with the `options` startup parameter, which PgBouncer "
@@ -80,6 +82,10 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_a_freed_slot_of_a_full_queue_claims_it_whatever_the_other_queues_returned": _NOTIFY,
     "tests/integration/test_worker_multi_queue.py::"
     "test_a_notify_claims_only_the_queue_it_names": _NOTIFY,
+    "tests/integration/test_wait_edges.py::"
+    "test_a_job_retried_after_its_finish_is_waited_for_again": _WAITER_SESSION,
+    "tests/integration/test_wait_edges.py::"
+    "test_the_async_wait_for_a_retried_job_returns_its_next_finish": _WAITER_SESSION,
     "tests/integration/test_commit_durability.py::"
     "test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producers":
         "sets synchronous_commit with the `options` startup parameter, which PgBouncer "

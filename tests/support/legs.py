@@ -8,6 +8,7 @@ from __future__ import annotations
 SPAWNS_PROCESSES: dict[str, str] = {
     "tests/faults/test_ambiguous_commit.py": "workers behind a proxy that drops a commit's reply",
     "tests/faults/test_blackhole.py": "workers whose LISTEN connection is black-holed",
+    "tests/faults/test_blackhole_roles.py": "workers with one connection role black-holed",
     "tests/faults/test_kill.py": "workers killed with SIGKILL and SIGSTOP",
     "tests/faults/test_many.py": "worker fleets draining 600 jobs",
     "tests/faults/test_pg_restart.py": "workers whose sessions are terminated",
