@@ -67,6 +67,11 @@ def test_a_black_holed_connection_of_one_worker_among_two(
     role: str, proxy: Proxy, pg_dsn: str, ledger_db: psycopg.Connection[Any], schema: str,
     pq: PortQueue, fleet: Fleet, tmp_path: Path,
 ) -> None:
+    if proxy.upstream.host.startswith("/"):
+        # The victim's sessions are found by the proxy's client ports in
+        # pg_stat_activity, which a Unix-socket upstream (the embedded server)
+        # does not have.
+        pytest.skip("needs a TCP upstream: PORTQUEUE_TEST_DSN with a host")
     db = ledger_db
     (tmp_path / "victim").mkdir()
     victims = Fleet(proxy.dsn(pg_dsn), schema, tmp_path / "victim", db)
