@@ -33,7 +33,8 @@ def demo_command(
         help="The demo's schema, dropped and recreated on every run (never taken from "
         "PORTQUEUE_SCHEMA, and never a schema the demo did not create).")] = "portqueue_demo",
     log_level: Annotated[str, typer.Option(
-        "--log-level", help="The worker's log level (INFO shows every state change).")] = "ERROR",
+        "--log-level", help="The worker's log level (INFO shows every state change, and the "
+        "demo's deliberate failures, which are never logged as errors).")] = "ERROR",
     data_dir: Annotated[Path | None, typer.Option(
         "--data-dir", help="Without --dsn: the embedded PostgreSQL's data directory "
         "(default: <temp dir>/portqueue-demo-pg-<uid>, kept between runs).",

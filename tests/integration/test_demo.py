@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from rich.console import Console
 
-from portqueue.demo import SCHEMA_MARK, Plan
+from portqueue.demo import SCHEMA_MARK, Plan, demo_logging
 
 pytestmark = pytest.mark.slow
 
@@ -26,8 +30,8 @@ EMBEDDED_BUDGET_SECONDS = 15
 def run_demo(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     script = Path(sys.executable).parent / "portqueue"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "portqueue.cli"]
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("PORTQUEUE_") and key != "PYTHONPATH"}
+    # PYTHONPATH kept: from a worktree, it is what makes the demo run that tree's code.
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PORTQUEUE_")}
     env["COLUMNS"] = "200"  # one table row per line, whatever the terminal
     return subprocess.run([*command, "demo", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=False)
@@ -42,8 +46,17 @@ def table_row(stdout: str, queue: str) -> list[int]:
     raise AssertionError(f"no summary row for {queue!r} in:\n{stdout}")
 
 
+def assert_no_error_records(result: subprocess.CompletedProcess[str]) -> None:
+    """The deliberate failures are the plan: no ERROR record, no traceback, on
+    either stream (the worker's records print through the demo's console)."""
+    both = result.stdout + result.stderr
+    for sign in ("ERROR", "Traceback", "DemoFailure"):
+        assert sign not in both, both
+
+
 def assert_summary(result: subprocess.CompletedProcess[str]) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
+    assert_no_error_records(result)
     out = result.stdout
     #                      pending active completed failed cancelled expired
     assert table_row(out, "demo") == [0, 0, JOBS - PLAN.broken - 1, PLAN.broken, 0, 0]
@@ -122,3 +135,42 @@ def test_demo_without_a_dsn_starts_an_embedded_server(tmp_path: Path) -> None:
     assert (data_dir / "PG_VERSION").exists()
     # Stopped at exit: no server is left running on the directory.
     assert not (data_dir / "postmaster.pid").exists()
+
+
+FAILED_RECORD = "job %s on %r failed (attempt %d/%d%s): %s: %s"
+
+
+@pytest.fixture
+def demo_console() -> Iterator[io.StringIO]:
+    """What the demo's logging prints; portqueue's logger restored afterwards."""
+    logger = logging.getLogger("portqueue")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    out = io.StringIO()
+    yield out
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
+def log_failures(out: io.StringIO, level: str) -> str:
+    demo_logging(Console(file=out, width=200), level)
+    worker = logging.getLogger("portqueue.worker")
+    worker.error(FAILED_RECORD, "j-broken", "demo", 3, 3, "", "portqueue.demo.DemoFailure",
+                 "broken on purpose: fails every attempt")
+    worker.warning(FAILED_RECORD, "j-flaky", "demo", 1, 3, ", will retry",
+                   "portqueue.demo.DemoFailure", "flaky on purpose")
+    worker.error(FAILED_RECORD, "j-real", "demo", 3, 3, "", "builtins.KeyError", "'n'")
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("level", ["ERROR", "WARNING"])
+def test_demo_logging_keeps_real_errors_and_drops_deliberate_ones(
+        demo_console: io.StringIO, level: str) -> None:
+    lines = log_failures(demo_console, level).splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("ERROR") and "j-real" in lines[0] and "KeyError" in lines[0]
+
+
+def test_demo_logging_at_info_shows_deliberate_failures_as_info(
+        demo_console: io.StringIO) -> None:
+    lines = log_failures(demo_console, "INFO").splitlines()
+    assert [line.split()[0] for line in lines] == ["INFO", "INFO", "ERROR"], lines
+    assert "j-broken" in lines[0] and "j-flaky" in lines[1] and "j-real" in lines[2]
