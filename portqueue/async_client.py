@@ -20,6 +20,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from portqueue import operations, validation
 from portqueue.availability import is_unavailable, unavailable
+from portqueue.client_events import fire_async
 from portqueue.driver import (
     AsyncCursorKeepingConnection,
     Operation,
@@ -36,6 +37,7 @@ from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import AsyncTx, from_psycopg
 from portqueue.types import (
     AddJobResult,
+    CancelOutcome,
     CancelResult,
     JobSnapshot,
     JobStatus,
@@ -312,8 +314,23 @@ class AsyncPortQueue:
         return await self._run(operations.retry(self._settings, job_id), tx, atomic=True)
 
     async def cancel_job(self, *, job_id: str, tx: object = None) -> CancelResult:
-        """Cancel a pending job, or signal a running one's handler to stop."""
-        return await self._run(operations.cancel(self._settings, job_id), tx)
+        """Cancel a pending job, or signal a running one's handler to stop.
+
+        A pending job cancelled here (without ``tx``) fires this client's
+        ``job_cancelled`` callbacks once the cancel committed."""
+        result = await self._run(operations.cancel(self._settings, job_id), tx)
+        if tx is None and result.outcome is CancelOutcome.CANCELLED:
+            await self._fire_cancelled(result.job_id)
+        return result
+
+    async def _fire_cancelled(self, job_id: str) -> None:
+        # With tx= the cancel commits with the caller's transaction, which this
+        # client never sees: no event then (docs/consuming.md, Events).
+        callbacks = self._registry.callbacks("job_cancelled")
+        if callbacks:
+            snapshot = await self.get_job(job_id=job_id)
+            if snapshot is not None:
+                await fire_async("job_cancelled", callbacks, snapshot)
 
     async def remove_job(self, *, job_id: str, tx: object = None) -> bool:
         """Delete one job row; never an active one (returns ``False``)."""
@@ -464,7 +481,8 @@ class AsyncPortQueue:
 
     def on(self, event: str, callback: Callable[..., Any]) -> None:
         """Call ``callback(snapshot)`` on ``job_started``, ``job_completed``,
-        ``job_cancelled``, ``job_progress``, and ``callback(snapshot, error)`` on
+        ``job_cancelled``, ``job_progress``, ``job_rescued`` (this worker's
+        maintenance took back a lapsed lease), and ``callback(snapshot, error)`` on
         ``job_failed`` (once, when the job ends failed) and ``job_retrying``."""
         self._registry.on(event, callback)
 

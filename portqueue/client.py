@@ -16,6 +16,7 @@ from psycopg_pool import ConnectionPool
 
 from portqueue import operations, validation
 from portqueue.availability import is_unavailable, unavailable
+from portqueue.client_events import fire_sync
 from portqueue.driver import (
     CursorKeepingConnection,
     Operation,
@@ -32,6 +33,7 @@ from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import SyncTx, from_psycopg
 from portqueue.types import (
     AddJobResult,
+    CancelOutcome,
     CancelResult,
     JobSnapshot,
     JobStatus,
@@ -308,8 +310,23 @@ class PortQueue:
         return self._run(operations.retry(self._settings, job_id), tx, atomic=True)
 
     def cancel_job(self, *, job_id: str, tx: object = None) -> CancelResult:
-        """Cancel a pending job, or signal a running one's handler to stop."""
-        return self._run(operations.cancel(self._settings, job_id), tx)
+        """Cancel a pending job, or signal a running one's handler to stop.
+
+        A pending job cancelled here (without ``tx``) fires this client's
+        ``job_cancelled`` callbacks once the cancel committed."""
+        result = self._run(operations.cancel(self._settings, job_id), tx)
+        if tx is None and result.outcome is CancelOutcome.CANCELLED:
+            self._fire_cancelled(result.job_id)
+        return result
+
+    def _fire_cancelled(self, job_id: str) -> None:
+        # With tx= the cancel commits with the caller's transaction, which this
+        # client never sees: no event then (docs/consuming.md, Events).
+        callbacks = self._registry.callbacks("job_cancelled")
+        if callbacks:
+            snapshot = self.get_job(job_id=job_id)
+            if snapshot is not None:
+                fire_sync("job_cancelled", callbacks, snapshot)
 
     def remove_job(self, *, job_id: str, tx: object = None) -> bool:
         """Delete one job row; never an active one (returns ``False``)."""
@@ -460,7 +477,8 @@ class PortQueue:
 
     def on(self, event: str, callback: Callable[..., Any]) -> None:
         """Call ``callback(snapshot)`` on ``job_started``, ``job_completed``,
-        ``job_cancelled``, ``job_progress``, and ``callback(snapshot, error)`` on
+        ``job_cancelled``, ``job_progress``, ``job_rescued`` (this worker's
+        maintenance took back a lapsed lease), and ``callback(snapshot, error)`` on
         ``job_failed`` (once, when the job ends failed) and ``job_retrying``."""
         self._registry.on(event, callback)
 

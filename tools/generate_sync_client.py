@@ -30,6 +30,7 @@ REPLACEMENTS = [
     (r"\bexecute_async\b", "execute_sync"),
     (r"\bpipeline_async\b", "pipeline_sync"),
     (r"\bcall_blocking_async\b", "call_blocking_sync"),
+    (r"\bfire_async\b", "fire_sync"),
     (r"\basyncio\.Lock\b", "threading.Lock"),
     (r"\basyncio\.sleep\b", "time.sleep"),
     (r"^import asyncio$", "import threading"),

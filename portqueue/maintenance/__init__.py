@@ -31,20 +31,25 @@ class MaintenanceService(Service, Protocol):
     def run_once(self) -> Awaitable[int]: ...
 
 
-def _maintenance(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[MaintenanceService]:
+def _maintenance(settings: Settings, pool: AsyncConnectionPool[Any],
+                 on_rescued: Callable[[list[str]], None] | None = None,
+                 ) -> list[MaintenanceService]:
     from portqueue.maintenance.expirer import Expirer
     from portqueue.maintenance.pruner import Pruner
     from portqueue.maintenance.reaper import Reaper
     from portqueue.maintenance.rescuer import Rescuer
 
     # Rescue and expire before pruning: both finish jobs the pruner may then take.
-    return [Rescuer(settings, pool), Expirer(settings, pool), Pruner(settings, pool),
-            Reaper(settings, pool)]
+    return [Rescuer(settings, pool, on_rescued=on_rescued), Expirer(settings, pool),
+            Pruner(settings, pool), Reaper(settings, pool)]
 
 
-def maintenance_services(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[Service]:
-    """The services a worker runs unless started with maintenance=False."""
-    return list(_maintenance(settings, pool))
+def maintenance_services(settings: Settings, pool: AsyncConnectionPool[Any],
+                         on_rescued: Callable[[list[str]], None] | None = None,
+                         ) -> list[Service]:
+    """The services a worker runs unless started with maintenance=False;
+    ``on_rescued(job_ids)`` after each batch of lapsed leases taken back."""
+    return list(_maintenance(settings, pool, on_rescued))
 
 
 def scheduler_services(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[Service]:

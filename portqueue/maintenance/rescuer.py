@@ -8,11 +8,15 @@ exactly once however many workers run it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
 
 from portqueue.maintenance.service import BatchService, lock_key
 from portqueue.metrics import hooks
 from portqueue.queries import Query
+from portqueue.settings import Settings
 
 __all__ = ["Rescuer", "lock_key"]
 
@@ -25,8 +29,17 @@ class Rescuer(BatchService):
     default_batch_size = 500
     done = "rescued %d job(s) whose lease lapsed"
 
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
+                 interval: float | None = None, batch_size: int | None = None, *,
+                 on_rescued: Callable[[list[str]], None] | None = None) -> None:
+        super().__init__(settings, pool, interval, batch_size)
+        # The worker's job_rescued event; None outside a worker (portqueue prune).
+        self._on_rescued = on_rescued
+
     def batch_query(self) -> Query:
         return self.q("rescue_lapsed", limit=self.batch_size)
 
     def handled(self, rows: list[dict[str, Any]]) -> None:
         hooks.jobs_rescued(row["queue"] for row in rows)
+        if self._on_rescued is not None and rows:
+            self._on_rescued([str(row["id"]) for row in rows])

@@ -51,7 +51,7 @@ EVENT_COUNTERS = {
     "job_completed": ("jobs_completed", "Jobs this process's workers completed."),
     "job_failed": ("jobs_failed", "Jobs that ended failed (attempts exhausted) here."),
     "job_retrying": ("jobs_retried", "Failed attempts here that will run again."),
-    "job_cancelled": ("jobs_cancelled", "Running jobs here that ended cancelled."),
+    "job_cancelled": ("jobs_cancelled", "Jobs that ended cancelled here (run or cancelled)."),
 }
 
 

@@ -19,7 +19,7 @@ from portqueue.types import Retention, RetryPolicy
 
 EVENTS = frozenset({
     "job_started", "job_completed", "job_failed", "job_retrying", "job_cancelled",
-    "job_progress",
+    "job_progress", "job_rescued",
 })
 DEFAULT_LEASE_SECONDS = 60
 

@@ -136,7 +136,9 @@ class Worker:
             self._spawn(listener.run(), "listener")
         services = []
         if self.maintenance_enabled:
-            services += maintenance_services(self.settings, self.connections.pool)
+            services += maintenance_services(
+                self.settings, self.connections.pool,
+                lambda ids: self.events.emit_later("job_rescued", ids))
         if self.scheduler_enabled:
             services += scheduler_services(self.settings, self.connections.pool)
         for service in services:
