@@ -14,7 +14,6 @@ the guarded UPDATE alone must make each rescue happen once.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
 import sys
@@ -27,7 +26,6 @@ from psycopg_pool import AsyncConnectionPool
 
 from portqueue import PortQueue
 from portqueue.driver import execute_sync
-from portqueue.maintenance import rescuer
 from portqueue.maintenance.rescuer import Rescuer
 
 BATCH = 20
@@ -43,10 +41,8 @@ def lapsed_left(conn: psycopg.Connection[Any], schema: str) -> int:
 
 async def service(dsn: str, settings: Any, check: psycopg.Connection[Any],
                   result: dict[str, Any]) -> None:
-    rescuer.BATCH = BATCH  # type: ignore[attr-defined]
-    small = {"batch_size": BATCH} if "batch_size" in inspect.signature(Rescuer).parameters else {}
     async with AsyncConnectionPool(dsn, min_size=1, max_size=2, open=False) as pool:
-        service = Rescuer(settings, pool, **small)
+        service = Rescuer(settings, pool, batch_size=BATCH)
         while lapsed_left(check, settings.schema) and time.monotonic() < result["deadline"]:
             result["passes"] += 1
             try:
