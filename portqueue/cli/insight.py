@@ -9,7 +9,15 @@ import typer
 from portqueue import insight
 from portqueue.cli.base import DsnOption, JsonOption, SchemaOption, app
 from portqueue.cli.options import LimitOption, OffsetOption, window
-from portqueue.cli.output import cut, emit_json, new_table, plain, print_table, when
+from portqueue.cli.output import (
+    cut,
+    emit_json,
+    new_table,
+    page_footer,
+    plain,
+    print_table,
+    when,
+)
 from portqueue.cli.session import Session, open_session
 from portqueue.types import Page
 
@@ -17,12 +25,6 @@ from portqueue.types import Page
 def _read(session: Session, reader: insight.Reader[Any], **arguments: Any) -> Any:
     return session.run(lambda tx, **given: insight.read_sync(session.pq, reader, tx, **given),
                        **arguments)
-
-
-def _footer(offset: int, shown: int, total: int, what: str) -> str:
-    span = f"{offset + 1}-{offset + shown}" if shown else "none"
-    more = f"; --offset {offset + shown} for more" if offset + shown < total else ""
-    return f"{span} of {total} {what}{more}"
 
 
 @app.command("workers")
@@ -55,7 +57,7 @@ def workers_command(
                       str(worker.concurrency), str(worker.running),
                       f"{worker.seen_seconds_ago:.0f}s ago", when(worker.started_at),
                       worker.instance_key or "-")
-    print_table(table, _footer(offset, len(page.items), page.total, "worker(s)"))
+    print_table(table, page_footer(offset, len(page.items), page.total, "worker(s)"))
 
 
 @app.command("failures")
@@ -91,4 +93,4 @@ def failures_command(
         table.add_row(when(job.finished_at), job.queue, job.job_id,
                       f"{job.attempt}/{job.max_attempts}",
                       cut(kind + (failure.error or "-"), 80))
-    print_table(table, _footer(offset, len(page.items), page.total, "failed job(s)"))
+    print_table(table, page_footer(offset, len(page.items), page.total, "failed job(s)"))

@@ -31,6 +31,7 @@ from portqueue.cli.output import (
     emit_json,
     json_text,
     new_table,
+    page_footer,
     print_table,
     stdout_console,
     when,
@@ -133,7 +134,5 @@ def jobs_command(
                       str(job.priority), when(job.created_at), when(job.finished_at),
                       json_text(job.data, 40),
                       "-" if last is None else cut(str(last.get("message", "")), 60))
-    shown = f"{offset + 1}-{offset + len(page.items)}" if page.items else "none"
-    more = (f"; --offset {offset + len(page.items)} for more"
-            if offset + len(page.items) < page.total else "")
-    print_table(table, f"{shown} of {page.total} job(s) in {queue!r}{more}")
+    print_table(table, page_footer(offset, len(page.items), page.total,
+                                   f"job(s) in {queue!r}"))

@@ -67,6 +67,13 @@ def new_table(*columns: str, show_header: bool = True) -> Table:
                  header_style="bold")
 
 
+def page_footer(offset: int, shown: int, total: int, what: str) -> str:
+    """A paged list's footer: which rows of how many, and the ``--offset`` for the next page."""
+    span = f"{offset + 1}-{offset + shown}" if shown else "none"
+    more = f"; --offset {offset + shown} for more" if offset + shown < total else ""
+    return f"{span} of {total} {what}{more}"
+
+
 def print_table(table: Table, footer: str) -> None:
     """``table`` on stdout, then a one-line ``footer`` (how many rows of how many)."""
     console = stdout_console()
