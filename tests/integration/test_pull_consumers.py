@@ -13,11 +13,19 @@ from typing import Any
 
 import psycopg
 import pytest
-from psycopg import sql
 
-from portqueue import FetchedJob, JobStatus, PortQueue
+from portqueue import FetchedJob, InvalidArgument, JobStatus, PortQueue
 from portqueue.maintenance.rescuer import Rescuer
-from tests.support.rows import CallerTx, assert_utc, count_jobs, db_now, job_row, update_job
+from tests.support.refusals import Unchanged, assert_refused
+from tests.support.rows import (
+    CallerTx,
+    assert_utc,
+    count_jobs,
+    db_now,
+    job_row,
+    set_dead_letter_queue,
+    update_job,
+)
 from tests.support.services import run_once
 from tests.support.waiting import wait_until
 
@@ -32,14 +40,6 @@ def _lapse(db: Db, schema: str, job: FetchedJob) -> None:
 
 def _rescue(pg_dsn: str, schema: str) -> int:
     return int(run_once(Rescuer, pg_dsn, schema)[1])
-
-
-def _set_dead_letter_queue(db: Db, schema: str, queue: str, dead_letter_queue: str) -> None:
-    # What a worker declaring dead_letter_queue= writes when it starts.
-    db.execute(sql.SQL(
-        "INSERT INTO {} (name, dead_letter_queue) VALUES (%s, %s) ON CONFLICT (name) "
-        "DO UPDATE SET dead_letter_queue = excluded.dead_letter_queue").format(
-        sql.Identifier(schema, "queue")), [queue, dead_letter_queue])
 
 
 def test_fetch_claims_as_a_worker_claims(client: PortQueue, db: Db, schema: str) -> None:
@@ -196,7 +196,7 @@ def test_fail_job_follows_the_retry_policy_and_backoff(
 def test_fail_job_without_retry_ends_it_failed_and_dead_lettered(
     client: PortQueue, db: Db, schema: str
 ) -> None:
-    _set_dead_letter_queue(db, schema, "pull", "pull-dead")
+    set_dead_letter_queue(db, schema, "pull", "pull-dead")
     job_id = client.add_job(queue="pull", data={"to": "a@b"}, retry={"max_attempts": 5}).job_id
     (job,) = client.fetch_jobs(queue="pull")
     assert client.fail_job(job_id=job_id, lease_token=job.lease_token, error="bad address",
@@ -216,3 +216,35 @@ def test_fail_job_on_a_job_whose_cancel_was_requested_ends_it_cancelled(
     assert client.fail_job(job_id=job_id, lease_token=job.lease_token, error="stopped") is True
     row = job_row(db, schema, job_id)
     assert row["status"] == "cancelled" and row["finished_at"] is not None
+
+
+JOB = "0192f3e4-0000-7000-8000-00000000abcd"
+
+
+@pytest.mark.parametrize(("method", "arguments", "argument"), [
+    ("fetch_jobs", {"queue": ""}, "queue"),
+    ("fetch_jobs", {"queue": "pull", "limit": 0}, "limit"),
+    ("fetch_jobs", {"queue": "pull", "limit": True}, "limit"),
+    ("fetch_jobs", {"queue": "pull", "lease_seconds": 0}, "lease_seconds"),
+    ("fetch_jobs", {"queue": "pull", "lease_seconds": 1.5}, "lease_seconds"),
+    ("complete_job", {"job_id": "nope", "lease_token": 1}, "job_id"),
+    ("complete_job", {"job_id": JOB, "lease_token": 0}, "lease_token"),
+    ("complete_job", {"job_id": JOB, "lease_token": "1"}, "lease_token"),
+    ("complete_job", {"job_id": JOB, "lease_token": 1, "output": float("nan")}, "output"),
+    ("fail_job", {"job_id": JOB, "lease_token": 1, "error": ""}, "error"),
+    ("fail_job", {"job_id": JOB, "lease_token": 1, "error": 42}, "error"),
+    ("fail_job", {"job_id": JOB, "lease_token": 1, "error": "x", "retry": "no"}, "retry"),
+    ("fail_job", {"job_id": None, "lease_token": 1, "error": "x"}, "job_id"),
+    ("extend_lease", {"job_id": JOB, "lease_token": 1, "lease_seconds": -1}, "lease_seconds"),
+    ("extend_lease", {"job_id": JOB, "lease_token": None, "lease_seconds": 5}, "lease_token"),
+])
+def test_bad_input_is_refused_before_anything_is_written(
+    client: PortQueue, db: Db, schema: str, method: str, arguments: dict[str, Any],
+    argument: str
+) -> None:
+    client.add_job(queue="pull", data=1)
+    unchanged = Unchanged(db, schema)
+    with pytest.raises(InvalidArgument) as info:
+        getattr(client, method)(**arguments)
+    assert_refused(info.value, argument)
+    unchanged.assert_unchanged()
