@@ -51,7 +51,6 @@ from portqueue.types import (
 )
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PAGE, batch_tx
 from portqueue.worker.host import ThreadWorkerHost
-from portqueue.worker.patterns import PatternVerdicts
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, Registry, queue_spec
 from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS, Worker
 
@@ -132,7 +131,7 @@ class PortQueue:
         # fetch_jobs: the verdicts on patterns judged for this client's key,
         # kept between calls as a worker keeps its own, and the id its claims
         # write as the jobs' worker_id (no worker row has it).
-        self._verdicts = PatternVerdicts(self._settings.instance_key)
+        self._verdicts = pull.ClientVerdicts(self._settings.instance_key)
         self._consumer_id = uuid7()
 
     def _reconfigured(self, **overrides: Any) -> PortQueue:

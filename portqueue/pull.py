@@ -13,6 +13,7 @@ and a lapsed lease is rescued like any other.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from datetime import timezone
 from typing import Any
@@ -40,6 +41,32 @@ MAX_CLAIM_ROUNDS = 4
 MAX_LEASE_TOKEN = 2**63 - 1
 # The recorded type of an error fail_job was given as text.
 TEXT_ERROR_TYPE = "fail_job"
+_TIMED_OUT = "57014"
+
+
+class ClientVerdicts:
+    """A client's verdicts on the patterns its claims met, kept between
+    ``fetch_jobs`` calls as a worker keeps its own, and shared by the threads
+    (``PortQueue``) or tasks calling them: each access holds a lock for a few
+    dictionary operations, never across a statement."""
+
+    def __init__(self, instance_key: str | None) -> None:
+        self._verdicts = PatternVerdicts(instance_key)
+        self._lock = threading.Lock()
+        self.instance_key = instance_key
+
+    def claim_params(self) -> dict[str, list[str]]:
+        # The lists are rebuilt on a change, never mutated: safe to hand out.
+        with self._lock:
+            return self._verdicts.claim_params()
+
+    def to_judge(self, patterns: Sequence[str]) -> list[str]:
+        with self._lock:
+            return self._verdicts.to_judge(patterns)
+
+    def remember(self, pattern: str, matches: bool, *, timed_out: bool = False) -> None:
+        with self._lock:
+            self._verdicts.remember(pattern, matches, timed_out=timed_out)
 
 
 def _lease(job_id: object, lease_token: object) -> ops.Lease:
@@ -55,7 +82,7 @@ def _lease_seconds(value: object) -> int:
 # --- fetch ---
 
 
-def fetch(settings: Settings, verdicts: PatternVerdicts, consumer_id: str, queue: object,
+def fetch(settings: Settings, verdicts: ClientVerdicts, consumer_id: str, queue: object,
           limit: object, lease_seconds: object) -> Operation[list[FetchedJob]]:
     """Claim up to ``limit`` jobs of ``queue``, leased for ``lease_seconds``.
     Runs in one transaction: the claims, the judging of patterns they met
@@ -91,7 +118,7 @@ def fetch(settings: Settings, verdicts: PatternVerdicts, consumer_id: str, queue
     ) for row in claimed]
 
 
-def _judge(q: Queries, verdicts: PatternVerdicts, patterns: Sequence[str]) -> Operation[bool]:
+def _judge(q: Queries, verdicts: ClientVerdicts, patterns: Sequence[str]) -> Operation[bool]:
     """Judge the patterns a claim met for the client's key, as a worker judges
     them (``portqueue.worker.patterns``); True if any verdict was added."""
     judged = False
@@ -100,6 +127,7 @@ def _judge(q: Queries, verdicts: PatternVerdicts, patterns: Sequence[str]) -> Op
             verdicts.remember(pattern, False)  # what `NULL ~ pattern` would say
             judged = True
             continue
+        refusal = None
         try:
             rows = yield Batch(iter([
                 q("begin_pattern_check"),
@@ -107,11 +135,13 @@ def _judge(q: Queries, verdicts: PatternVerdicts, patterns: Sequence[str]) -> Op
                 q("check_pattern", instance_key=verdicts.instance_key, pattern=pattern),
             ]))
         except Exception as error:
-            if sqlstate(error) not in PATTERN_REFUSALS:
+            refusal = sqlstate(error)
+            if refusal not in PATTERN_REFUSALS:
                 raise
             rows = []
         yield Batch(iter([q("end_pattern_check"), q("release_pattern_check")]))
-        verdicts.remember(pattern, bool(rows and rows[-1]["matches"]))
+        verdicts.remember(pattern, bool(rows and rows[-1]["matches"]),
+                          timed_out=refusal == _TIMED_OUT)
         judged = True
     return judged
 

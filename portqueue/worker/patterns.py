@@ -123,8 +123,11 @@ class PatternVerdicts:
         new = [p for p in dict.fromkeys(patterns) if p not in self._verdicts]
         return new[:MAX_JUDGED_PER_CLAIM]
 
-    def remember(self, pattern: str, matches: bool) -> None:
-        """Record a verdict judged outside ``judge_unjudged``."""
+    def remember(self, pattern: str, matches: bool, *, timed_out: bool = False) -> None:
+        """Record a verdict judged outside ``judge_unjudged``; one reached by
+        running out of time is judged again later, as there."""
+        if timed_out:
+            self._rejudge_at[pattern] = time.monotonic() + REJUDGE_TIMED_OUT_SECONDS
         self._remember(pattern, matches)
         self._rebuild()
 

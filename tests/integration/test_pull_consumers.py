@@ -86,6 +86,25 @@ def test_fetch_honours_limit_pause_and_instance_key_patterns(
     assert all(job_row(db, schema, job_id)["status"] == "active" for job_id in plain)
 
 
+def test_fetch_passes_over_a_pattern_postgresql_refuses(
+    client: PortQueue, db: Db, schema: str, pg_dsn: str
+) -> None:
+    # Written by SQL, past the producer's check: the claim must not fail on it.
+    refused = str(client.add_job(queue="keyed", data="refused", priority=9).job_id)
+    update_job(db, schema, refused, "preferred_instance_key_pattern = 'ram-('")
+    plain = client.add_job(queue="keyed", data="plain").job_id
+    matching = client.add_job(queue="keyed", data="mine",
+                              preferred_instance_key_pattern="ram-8gb$").job_id
+    fetched = client.fetch_jobs(queue="keyed", limit=5)
+    assert {job.job_id for job in fetched} == {plain, matching}
+    assert job_row(db, schema, refused)["status"] == "pending"
+    assert client.fetch_jobs(queue="keyed") == [], "the verdict is kept between calls"
+
+    with PortQueue(pg_dsn, schema=schema) as keyless:
+        client.add_job(queue="keyless", data=1, preferred_instance_key_pattern=".*")
+        assert keyless.fetch_jobs(queue="keyless") == [], "no instance key matches no pattern"
+
+
 def test_complete_job_writes_the_output_once(client: PortQueue, db: Db, schema: str) -> None:
     client.add_job(queue="pull", data=1)
     (job,) = client.fetch_jobs(queue="pull")
