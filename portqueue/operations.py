@@ -29,6 +29,7 @@ from portqueue.ids import uuid7, uuid7s
 from portqueue.queries import Batch, Queries, Query
 from portqueue.settings import Settings
 from portqueue.types import (
+    FINISHED_STATUSES,
     AddJobResult,
     Backoff,
     BackoffStrategy,
@@ -993,14 +994,14 @@ def _bulk_target(
     return validation.queue_name(queue), checked
 
 
-RETRYABLE_STATUSES = frozenset(
-    {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.EXPIRED})
 CANCELLABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.ACTIVE})
 
 
 def retry_many(settings: Settings, job_ids: object, queue: object,
                statuses: object) -> Operation[int]:
-    target = _bulk_target(job_ids, queue, statuses, RETRYABLE_STATUSES, "retry_jobs")
+    # Never pending (queued already) nor active (clearing its lease would let a
+    # second worker run it while the first still does).
+    target = _bulk_target(job_ids, queue, statuses, FINISHED_STATUSES, "retry_jobs")
     if isinstance(target, list):
         return (yield from retry_jobs_by_id(settings.queries, target))
     return (yield from retry_jobs_by_status(settings.queries, *target))
