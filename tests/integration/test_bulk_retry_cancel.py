@@ -5,6 +5,7 @@ Active jobs are never re-armed by a retry; a cancel signals them as
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import psycopg
@@ -13,6 +14,8 @@ import pytest
 from portqueue import CancelCounts, InvalidArgument, JobSnapshot, JobStatus, PortQueue
 from tests.support.refusals import Unchanged, assert_refused
 from tests.support.rows import count_jobs, finish, job_row, make_active
+from tests.support.waiting import wait_until
+from tests.support.workers import SyncHarness, finished_row
 
 Db = psycopg.Connection[Any]
 UNKNOWN = "0192f3e4-0000-7000-8000-00000000abcd"
@@ -135,3 +138,35 @@ def test_bad_input_is_refused_before_anything_is_written(
         getattr(client, method)(**arguments)
     assert_refused(info.value, argument)
     unchanged.assert_unchanged()
+
+
+def test_cancel_jobs_stops_running_handlers_through_their_signal(
+    pg_dsn: str, pq: PortQueue, db: Db, schema: str
+) -> None:
+    """End to end: a real worker's running handlers get the cancel NOTIFY (the
+    poll is too slow to explain it) and their jobs end cancelled."""
+    running = threading.Semaphore(0)
+    with PortQueue(pg_dsn, schema=schema) as other_process:
+        worker = SyncHarness(other_process)
+        try:
+            @other_process.handler("long", concurrency=2)
+            def handler(job: Any) -> str:
+                running.release()
+                job.signal.wait(20)
+                return "stopped"
+
+            worker.start(poll_interval=5.0)
+            ids = [str(pq.add_job(queue="long", data=n).job_id) for n in range(2)]
+            for _ in ids:
+                assert running.acquire(timeout=10), "the handlers did not start"
+            counts = pq.cancel_jobs(queue="long", statuses=[JobStatus.ACTIVE])
+            assert (counts, counts.signalled) == (2, 2)
+
+            def ended() -> list[str]:
+                rows = [finished_row(db, schema, job_id) for job_id in ids]
+                return [row["status"] for row in rows if row is not None]
+
+            assert wait_until(lambda: len(ended()) == 2 and ended(), timeout=3,
+                              what="the signalled jobs to end") == ["cancelled", "cancelled"]
+        finally:
+            worker.close()

@@ -28,6 +28,7 @@ from tests.support.rows import (
 )
 from tests.support.services import run_once
 from tests.support.waiting import wait_until
+from tests.support.workers import SyncHarness, finished_row
 
 Db = psycopg.Connection[Any]
 
@@ -267,3 +268,26 @@ def test_bad_input_is_refused_before_anything_is_written(
         getattr(client, method)(**arguments)
     assert_refused(info.value, argument)
     unchanged.assert_unchanged()
+
+
+def test_an_abandoned_fetch_is_rescued_and_run_by_a_worker(
+    harness: SyncHarness, db: Db, schema: str, pg_dsn: str
+) -> None:
+    pq = harness.pq
+    ran: list[int] = []
+
+    @pq.handler("mixed", retry={"max_attempts": 2})
+    def handler(job: Any) -> str:
+        ran.append(job.attempt)
+        return "run by the worker"
+
+    job_id = pq.add_job(queue="mixed", data=1).job_id
+    with PortQueue(pg_dsn, schema=schema) as consumer:
+        (abandoned,) = consumer.fetch_jobs(queue="mixed", lease_seconds=1)
+        harness.start(maintenance=True)  # its rescuer takes the lease back once lapsed
+        row = wait_until(lambda: finished_row(db, schema, str(job_id)), timeout=15,
+                         what="the rescued job to be run by the worker")
+        assert (row["status"], row["output"], ran) == ("completed", "run by the worker", [2])
+        assert [error["type"] for error in row["errors"]] == ["LeaseExpired"]
+        assert consumer.complete_job(job_id=abandoned.job_id,
+                                     lease_token=abandoned.lease_token) is False
