@@ -265,11 +265,16 @@ SELECT (SELECT coalesce(array_agg(id::text), '{{}}') FROM cancelled) AS cancelle
 -- adds each copy's data back to that queue and then completes the copy
 -- (complete_redriven). A copy whose source was removed has no queue to go
 -- back to and is left where it is. LIMIT NULL: every copy.
+-- The source is looked up by primary key, one per copy (the LIMIT keeps the
+-- subquery from being flattened): as a plain join, the planner misjudged how
+-- many copies there are and hashed the whole job table.
 SELECT c.id::text AS id, c.data::text AS data, c.priority, c.group_id,
        s.queue AS source_queue
 FROM {schema}.job AS c
-JOIN {schema}.job AS s ON s.id = c.source_job_id
-WHERE c.queue = %(queue)s AND c.status = 'pending'
+CROSS JOIN LATERAL (
+    SELECT s.queue FROM {schema}.job AS s WHERE s.id = c.source_job_id LIMIT 1
+) AS s
+WHERE c.queue = %(queue)s AND c.status = 'pending' AND c.source_job_id IS NOT NULL
 ORDER BY c.seq
 LIMIT %(limit)s
 FOR UPDATE OF c SKIP LOCKED;
@@ -278,12 +283,18 @@ FOR UPDATE OF c SKIP LOCKED;
 -- The copies redriven, completed with the new job's id as their output, so
 -- each says where its data went. pending -> completed: the copy itself never
 -- ran; the new job in the source queue will.
-WITH done AS (
+-- Pinned to the primary key, as complete_jobs is: the recordset cannot be
+-- sized, and the planner would otherwise scan every pending job.
+WITH r AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(%(copies)s::jsonb) AS r (id uuid, job_id text)
+),
+done AS (
     UPDATE {schema}.job AS j
     SET status = 'completed', finished_at = now(),
         output = jsonb_build_object('redriven_job_id', r.job_id)
-    FROM jsonb_to_recordset(%(copies)s::jsonb) AS r (id uuid, job_id text)
-    WHERE j.id = r.id AND j.status = 'pending'
+    FROM r
+    WHERE j.id = ANY (ARRAY(SELECT r.id FROM r))
+      AND j.id = r.id AND j.status::text = 'pending'
     RETURNING 1
 )
 SELECT count(*) AS completed FROM done;
