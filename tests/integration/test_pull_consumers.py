@@ -14,9 +14,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from portqueue import FetchedJob, InvalidArgument, JobStatus, PortQueue
+from portqueue import FetchedJob, JobStatus, PortQueue
 from portqueue.maintenance.rescuer import Rescuer
-from tests.support.refusals import Unchanged, assert_refused
+from tests.support.refusals import assert_refused_writing_nothing
 from tests.support.rows import (
     CallerTx,
     assert_utc,
@@ -263,11 +263,8 @@ def test_bad_input_is_refused_before_anything_is_written(
     argument: str
 ) -> None:
     client.add_job(queue="pull", data=1)
-    unchanged = Unchanged(db, schema)
-    with pytest.raises(InvalidArgument) as info:
-        getattr(client, method)(**arguments)
-    assert_refused(info.value, argument)
-    unchanged.assert_unchanged()
+    assert_refused_writing_nothing(
+        db, schema, lambda: getattr(client, method)(**arguments), argument)
 
 
 def test_an_abandoned_fetch_is_rescued_and_run_by_a_worker(
