@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import ConnectionPool
 
-from portqueue import operations, validation
+from portqueue import operations, pull, validation
 from portqueue.availability import is_unavailable, unavailable
 from portqueue.client_events import fire_sync
 from portqueue.driver import (
@@ -26,6 +26,7 @@ from portqueue.driver import (
     run_sync,
 )
 from portqueue.errors import InvalidArgument, JobFailedError
+from portqueue.ids import uuid7
 from portqueue.metrics import hooks
 from portqueue.migrate import migrate
 from portqueue.queries import Batch, Query
@@ -33,8 +34,10 @@ from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
 from portqueue.tx import SyncTx, from_psycopg
 from portqueue.types import (
     AddJobResult,
+    CancelCounts,
     CancelOutcome,
     CancelResult,
+    FetchedJob,
     JobSnapshot,
     JobStatus,
     Page,
@@ -125,6 +128,11 @@ class PortQueue:
         self._opened = False
         self._registry = Registry()
         self._host: ThreadWorkerHost | None = None
+        # fetch_jobs: the verdicts on patterns judged for this client's key,
+        # kept between calls as a worker keeps its own, and the id its claims
+        # write as the jobs' worker_id (no worker row has it).
+        self._verdicts = pull.ClientVerdicts(self._settings.instance_key)
+        self._consumer_id = uuid7()
 
     def _reconfigured(self, **overrides: Any) -> PortQueue:
         """A new client with the same settings and registrations, some settings
@@ -316,16 +324,16 @@ class PortQueue:
         ``job_cancelled`` callbacks once the cancel committed."""
         result = self._run(operations.cancel(self._settings, job_id), tx)
         if tx is None and result.outcome is CancelOutcome.CANCELLED:
-            self._fire_cancelled(result.job_id)
+            self._fire_cancelled([result.job_id])
         return result
 
-    def _fire_cancelled(self, job_id: str) -> None:
+    def _fire_cancelled(self, job_ids: list[str]) -> None:
         # With tx= the cancel commits with the caller's transaction, which this
         # client never sees: no event then (docs/consuming.md, Events).
         callbacks = self._registry.callbacks("job_cancelled")
-        if callbacks:
-            snapshot = self.get_job(job_id=job_id)
-            if snapshot is not None:
+        if callbacks and job_ids:
+            snapshots = self._run(operations.read_jobs_by_id(self._settings, job_ids))
+            for snapshot in snapshots:
                 fire_sync("job_cancelled", callbacks, snapshot)
 
     def remove_job(self, *, job_id: str, tx: object = None) -> bool:
@@ -366,6 +374,54 @@ class PortQueue:
     def resume_queue(self, *, queue: str, tx: object = None) -> QueueInfo:
         """Undo ``pause_queue``."""
         return self._run(operations.resume(self._settings, queue), tx)
+
+    # --- managing in bulk, dead letters ---
+
+    def retry_jobs(
+        self,
+        *,
+        job_ids: Sequence[str] | None = None,
+        queue: str | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        tx: object = None,
+    ) -> int:
+        """Re-arm settled jobs as ``retry_job`` does, in one statement: by id (any
+        queue), or ``queue``'s jobs in ``statuses`` (completed, failed, cancelled,
+        expired). Active and pending jobs are never re-armed; of jobs sharing a
+        singleton key, only the newest, and none while another live job holds it.
+        Returns how many were re-armed."""
+        operation = operations.retry_many(self._settings, job_ids, queue, statuses)
+        return self._run(operation, tx, atomic=True)
+
+    def cancel_jobs(
+        self,
+        *,
+        job_ids: Sequence[str] | None = None,
+        queue: str | None = None,
+        statuses: Sequence[JobStatus] | None = None,
+        tx: object = None,
+    ) -> CancelCounts:
+        """Cancel pending jobs and signal running ones, as ``cancel_job`` does, in
+        one statement: by id (any queue), or ``queue``'s jobs in ``statuses``
+        (pending, active). Returns a ``CancelCounts``: an int, the jobs cancelled
+        or signalled, with ``.cancelled``, ``.signalled``, ``.already_finished``
+        and ``.not_found``. Without ``tx``, this client's ``job_cancelled``
+        callbacks fire for the jobs cancelled."""
+        operation = operations.cancel_many(self._settings, job_ids, queue, statuses)
+        counts, cancelled = self._run(operation, tx)
+        if tx is None:
+            self._fire_cancelled(cancelled)
+        return counts
+
+    def redrive(self, *, queue: str, limit: int | None = None, tx: object = None) -> int:
+        """Send the dead-letter copies waiting in ``queue`` (pending ones, oldest
+        first, at most ``limit``) back: each copy's data is added to the queue of
+        the job it copies as a new job, and the copy is completed, its output
+        ``{"redriven_job_id": …}``. One transaction (``tx``, else the client's);
+        returns how many were redriven. A copy whose source job was removed is
+        left in place."""
+        operation = operations.redrive(self._settings, queue, limit, self._registry.add_defaults)
+        return self._run(operation, tx, atomic=True)
 
     # --- reading ---
 
@@ -413,6 +469,48 @@ class PortQueue:
         """A page of schedules (of ``queue``, when given), newest first."""
         operation = operations.read_schedules(self._settings, queue, enabled, limit, offset)
         return self._run(operation, tx)
+
+    # --- consuming: pull consumers ---
+
+    def fetch_jobs(
+        self, *, queue: str, limit: int = 10, lease_seconds: int = DEFAULT_LEASE_SECONDS
+    ) -> list[FetchedJob]:
+        """Claim up to ``limit`` ready jobs of ``queue`` for code of your own, as a
+        worker claims them (attempt counted, pause honoured, instance key
+        patterns judged for this client's ``instance_key``), each leased for
+        ``lease_seconds`` (default 60). Settle each with ``complete_job`` or
+        ``fail_job`` before its lease lapses (``extend_lease`` renews it); a
+        lapsed lease is rescued by maintenance like a worker's."""
+        operation = pull.fetch(self._settings, self._verdicts, self._consumer_id, queue, limit,
+                               lease_seconds)
+        return self._run(operation, atomic=True)
+
+    def complete_job(
+        self, *, job_id: str, lease_token: int, output: Any = None, tx: object = None
+    ) -> bool:
+        """Complete a fetched job with ``output``; ``False`` if its lease is no
+        longer held (lapsed and rescued, or fetched again), and nothing is
+        written. With ``tx`` the completion commits with the caller's writes."""
+        operation = pull.complete(self._settings, job_id, lease_token, output)
+        return self._run(operation, tx)
+
+    def fail_job(
+        self, *, job_id: str, lease_token: int, error: str | BaseException, retry: bool = True
+    ) -> bool:
+        """Fail a fetched job's attempt, recording ``error`` (text, or an exception
+        with its traceback). With ``retry`` and attempts left it goes back to
+        pending after its retry policy's delay, as a raising handler's does;
+        otherwise it ends failed and is dead-lettered if its queue says so. A job
+        whose cancel was requested ends cancelled. ``False`` if the lease is no
+        longer held."""
+        operation = pull.fail(self._settings, job_id, lease_token, error, retry)
+        return self._run(operation)
+
+    def extend_lease(self, *, job_id: str, lease_token: int, lease_seconds: int) -> bool:
+        """Renew a fetched job's lease to ``lease_seconds`` from now (the database
+        clock); ``False`` if it is no longer held."""
+        operation = pull.extend(self._settings, job_id, lease_token, lease_seconds)
+        return self._run(operation)
 
     # --- consuming: registration (plain calls, no I/O) ---
 

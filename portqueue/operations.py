@@ -29,9 +29,11 @@ from portqueue.ids import uuid7, uuid7s
 from portqueue.queries import Batch, Queries, Query
 from portqueue.settings import Settings
 from portqueue.types import (
+    FINISHED_STATUSES,
     AddJobResult,
     Backoff,
     BackoffStrategy,
+    CancelCounts,
     CancelOutcome,
     CancelResult,
     CronSpec,
@@ -661,12 +663,108 @@ def resume_queue(q: Queries, queue: str) -> Operation[QueueInfo]:
     return queue_info(rows[0])
 
 
+def _retried(q: Queries, query: Query) -> Operation[int]:
+    """Run a retry_jobs statement in a savepoint: a singleton key a concurrent
+    add takes after the statement's check raises, and the statement is run
+    again (it then passes over that job) rather than abort the transaction."""
+    for _ in range(MAX_CONFLICT_ROUNDS):
+        yield q("savepoint")
+        try:
+            (row,) = yield query
+        except Exception as error:
+            if sqlstate(error) != UNIQUE_VIOLATION:
+                raise
+            yield q("rollback_to_savepoint")
+            continue
+        yield q("release_savepoint")
+        return int(row["retried"])
+    raise PortQueueError("retry_jobs: the jobs' singleton keys kept being taken by new adds")
+
+
+def retry_jobs_by_id(q: Queries, job_ids: list[str]) -> Operation[int]:
+    if not job_ids:
+        return 0
+    return (yield from _retried(q, q("retry_jobs_by_id", job_ids=job_ids)))
+
+
+def retry_jobs_by_status(q: Queries, queue: str, statuses: list[JobStatus]) -> Operation[int]:
+    if not statuses:
+        return 0
+    return (yield from _retried(q, q("retry_jobs_by_status", queue=queue,
+                                     statuses=[s.value for s in statuses])))
+
+
+def _cancel_counts(rows: Rows, asked: int | None) -> tuple[CancelCounts, list[str]]:
+    """A cancel_jobs statement's row: the counts, and the ids it cancelled.
+    ``asked``: how many distinct ids were named (None: by status)."""
+    (row,) = rows
+    cancelled = [_id(job_id) for job_id in row["cancelled_ids"]]
+    found = int(row["found"])
+    return CancelCounts(
+        cancelled=len(cancelled), signalled=int(row["signalled"]),
+        already_finished=int(row["already_finished"]),
+        not_found=0 if asked is None else asked - found,
+    ), cancelled
+
+
+def cancel_jobs_by_id(q: Queries, job_ids: list[str]) -> Operation[tuple[CancelCounts, list[str]]]:
+    if not job_ids:
+        return CancelCounts(), []
+    distinct = list(dict.fromkeys(job_ids))
+    rows = yield q("cancel_jobs_by_id", job_ids=distinct, cancel_channel=q.cancel_channel)
+    return _cancel_counts(rows, len(distinct))
+
+
+def cancel_jobs_by_status(
+    q: Queries, queue: str, statuses: list[JobStatus]
+) -> Operation[tuple[CancelCounts, list[str]]]:
+    if not statuses:
+        return CancelCounts(), []
+    rows = yield q("cancel_jobs_by_status", queue=queue, statuses=[s.value for s in statuses],
+                   cancel_channel=q.cancel_channel)
+    return _cancel_counts(rows, None)
+
+
+def redrive_jobs(
+    settings: Settings, queue: str, limit: int | None, declared: Declared | None = None
+) -> Operation[int]:
+    """Add each waiting dead-letter copy of ``queue`` back to its source's queue
+    as a new job (its data, priority and group; the rest from that queue's
+    defaults, as any add), then complete the copies, their output naming the
+    new jobs. The caller runs it in one transaction."""
+    q = settings.queries
+    copies = yield q("redrive_copies", queue=queue, limit=limit)
+    if not copies:
+        return 0
+    by_queue: dict[str, list[tuple[str, JobSpec]]] = {}
+    for row, job_id in zip(copies, uuid7s(len(copies)), strict=True):
+        # The data goes back as stored, byte for byte: it was validated when added.
+        spec = JobSpec(id=job_id, data_json=row["data"], priority=row["priority"],
+                       group_id=row["group_id"])
+        defaults = None if declared is None else declared(row["source_queue"])
+        if defaults is not None:
+            spec = defaults.fill(spec)
+        by_queue.setdefault(row["source_queue"], []).append((row["id"], spec))
+    redriven: list[dict[str, str | None]] = []
+    for source_queue, entries in by_queue.items():
+        added = yield from add_jobs(q, source_queue, [spec for _, spec in entries])
+        redriven.extend({"id": copy_id, "job_id": result.job_id}
+                        for (copy_id, _), result in zip(entries, added, strict=True))
+    (row,) = yield q("complete_redriven", copies=json.dumps(redriven))
+    return int(row["completed"])
+
+
 # --- reading ---
 
 
 def get_job(q: Queries, job_id: str) -> Operation[JobSnapshot | None]:
     rows = yield q("jobs_by_id", job_ids=[job_id])
     return job_snapshot(rows[0]) if rows else None
+
+
+def get_jobs_by_id(q: Queries, job_ids: list[str]) -> Operation[list[JobSnapshot]]:
+    rows = yield q("jobs_by_id", job_ids=job_ids)
+    return [job_snapshot(row) for row in rows]
 
 
 def finished_job(q: Queries, job_id: str) -> Operation[JobSnapshot | None]:
@@ -873,6 +971,58 @@ def remove_many(
     return (
         yield from remove_jobs_by_status(settings.queries, validation.queue_name(queue), checked)
     )
+
+
+def _bulk_target(
+    job_ids: object, queue: object, statuses: object, allowed: frozenset[JobStatus], verb: str
+) -> list[str] | tuple[str, list[JobStatus]]:
+    """retry_jobs' and cancel_jobs' selection: ids (any queue), or a queue and
+    statuses, each status one the action applies to."""
+    if (job_ids is None) == (queue is None):
+        raise InvalidArgument("job_ids", "pass either job_ids, or queue with statuses")
+    if job_ids is not None:
+        if statuses is not None:
+            raise InvalidArgument("statuses", "goes with queue, not with job_ids")
+        return validation.job_ids(job_ids)
+    checked = validation.statuses(statuses)
+    if checked is None:
+        raise InvalidArgument("statuses", "is required with queue")
+    refused = [s.value for s in checked if s not in allowed]
+    if refused:
+        names = ", ".join(s.value for s in JobStatus if s in allowed)
+        raise InvalidArgument("statuses", f"{verb} applies to {names} jobs, not {refused}")
+    return validation.queue_name(queue), checked
+
+
+CANCELLABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.ACTIVE})
+
+
+def retry_many(settings: Settings, job_ids: object, queue: object,
+               statuses: object) -> Operation[int]:
+    # Never pending (queued already) nor active (clearing its lease would let a
+    # second worker run it while the first still does).
+    target = _bulk_target(job_ids, queue, statuses, FINISHED_STATUSES, "retry_jobs")
+    if isinstance(target, list):
+        return (yield from retry_jobs_by_id(settings.queries, target))
+    return (yield from retry_jobs_by_status(settings.queries, *target))
+
+
+def cancel_many(settings: Settings, job_ids: object, queue: object,
+                statuses: object) -> Operation[tuple[CancelCounts, list[str]]]:
+    target = _bulk_target(job_ids, queue, statuses, CANCELLABLE_STATUSES, "cancel_jobs")
+    if isinstance(target, list):
+        return (yield from cancel_jobs_by_id(settings.queries, target))
+    return (yield from cancel_jobs_by_status(settings.queries, *target))
+
+
+def redrive(settings: Settings, queue: object, limit: object,
+            declared: Declared | None = None) -> Operation[int]:
+    checked = None if limit is None else validation.integer("limit", limit, minimum=1)
+    return (yield from redrive_jobs(settings, validation.queue_name(queue), checked, declared))
+
+
+def read_jobs_by_id(settings: Settings, job_ids: object) -> Operation[list[JobSnapshot]]:
+    return (yield from get_jobs_by_id(settings.queries, validation.job_ids(job_ids)))
 
 
 def unschedule(settings: Settings, schedule_id: object) -> Operation[bool]:

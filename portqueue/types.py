@@ -239,6 +239,44 @@ class CancelResult:
 
 
 @dataclass(frozen=True)
+class FetchedJob:
+    """A job ``fetch_jobs`` claimed for a pull consumer. ``lease_token`` fences
+    its writes (``complete_job``, ``fail_job``, ``extend_lease``) as a worker's
+    are fenced; the lease lapses at ``lease_expires_at`` (database clock, UTC)
+    unless extended, and the job is then rescued like a worker's."""
+
+    job_id: str
+    queue: str
+    data: Any
+    attempt: int
+    max_attempts: int
+    lease_token: int
+    lease_expires_at: datetime
+
+
+class CancelCounts(int):
+    """What ``cancel_jobs`` did: an ``int``, the jobs it acted on (``cancelled``
+    plus ``signalled``), that also says how many of each, and how many of the
+    jobs it looked at had finished already or, by id, were not found."""
+
+    cancelled: int
+    signalled: int
+    already_finished: int
+    not_found: int
+
+    def __new__(cls, cancelled: int = 0, signalled: int = 0, already_finished: int = 0,
+                not_found: int = 0) -> CancelCounts:
+        counts = super().__new__(cls, cancelled + signalled)
+        counts.cancelled, counts.signalled = cancelled, signalled
+        counts.already_finished, counts.not_found = already_finished, not_found
+        return counts
+
+    def __repr__(self) -> str:
+        return (f"CancelCounts(cancelled={self.cancelled}, signalled={self.signalled}, "
+                f"already_finished={self.already_finished}, not_found={self.not_found})")
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     """One window of a list read; another page follows while offset + len(items) < total."""
 

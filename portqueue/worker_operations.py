@@ -131,6 +131,11 @@ def touched(rows: Rows) -> dict[str, bool]:
     return {str(row["id"]): bool(row["cancel_requested"]) for row in rows}
 
 
+def leased_jobs(q: Queries, leases: Sequence[Lease]) -> Query:
+    """Each job still holding its lease: expiry, attempt and retry policy (``portqueue.pull``)."""
+    return q("leased_jobs", jobs=_leases(leases))
+
+
 # --- events ---
 
 

@@ -10,23 +10,9 @@
 -- A singleton job is not re-armed while another job holds its key (the
 -- unique index would raise and abort the caller's transaction).
 UPDATE {schema}.job AS j
-SET status = 'pending',
-    attempt = 0,
-    start_after = now(),
-    expire_at = now() + make_interval(secs => j.expire_in_seconds),
-    started_at = NULL,
-    finished_at = NULL,
-    output = NULL,
-    progress = NULL,
-    cancel_requested_at = NULL,
-    lease_expires_at = NULL,
-    worker_id = NULL
+SET {rearmed}
 WHERE j.id = %(job_id)s
-  AND j.status NOT IN ('active', 'pending')
-  AND (j.singleton_key IS NULL OR NOT EXISTS (
-        SELECT FROM {schema}.job AS other
-        WHERE other.queue = j.queue AND other.singleton_key = j.singleton_key
-          AND other.status IN ('pending', 'active') AND other.id <> j.id))
+  AND {rearmable}
 RETURNING j.id, j.queue, j.status::text AS status, j.start_after;
 
 -- name: savepoint
@@ -64,20 +50,7 @@ WHERE j.id = %(job_id)s AND j.status NOT IN ('active', 'pending');
 WITH target AS (
     SELECT id, status FROM {schema}.job WHERE id = %(job_id)s FOR UPDATE
 ),
-cancelled AS (
-    UPDATE {schema}.job AS j
-    SET status = 'cancelled', finished_at = now()
-    FROM target
-    WHERE j.id = target.id AND target.status = 'pending'
-    RETURNING j.id
-),
-signalled AS (
-    UPDATE {schema}.job AS j
-    SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
-    FROM target
-    WHERE j.id = target.id AND target.status = 'active'
-    RETURNING j.id, pg_notify(%(cancel_channel)s, j.id::text)
-)
+{cancel_writes}
 SELECT target.status::text AS previous_status,
        EXISTS (SELECT FROM cancelled) AS cancelled,
        EXISTS (SELECT FROM signalled) AS signalled
@@ -165,3 +138,163 @@ removed_queue AS (
 SELECT EXISTS (SELECT FROM target) AS found,
        (SELECT jobs FROM unfinished) AS unfinished,
        (SELECT count(*) FROM removed_queue) AS removed;
+
+-- fragment: rearmed
+-- What retry_job and retry_jobs set on a row they re-arm (named j).
+status = 'pending',
+    attempt = 0,
+    start_after = now(),
+    expire_at = now() + make_interval(secs => j.expire_in_seconds),
+    started_at = NULL,
+    finished_at = NULL,
+    output = NULL,
+    progress = NULL,
+    cancel_requested_at = NULL,
+    lease_expires_at = NULL,
+    worker_id = NULL
+
+-- fragment: rearmable
+-- Which rows (named j) retry_job and retry_jobs may re-arm: settled ones,
+-- and no singleton job while another live job holds its key.
+j.status NOT IN ('active', 'pending')
+  AND (j.singleton_key IS NULL OR NOT EXISTS (
+        SELECT FROM {schema}.job AS other
+        WHERE other.queue = j.queue AND other.singleton_key = j.singleton_key
+          AND other.status IN ('pending', 'active') AND other.id <> j.id))
+
+-- name: retry_jobs_by_id
+-- retry_jobs by id: every settled job named is re-armed as retry_job re-arms
+-- one; active and pending ones are left as they are (fragment retry_chosen).
+WITH chosen AS (
+    SELECT j.id, j.queue, j.singleton_key, j.seq
+    FROM {schema}.job AS j
+    WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.status NOT IN ('active', 'pending')
+),
+{retry_chosen}
+
+-- name: retry_jobs_by_status
+-- statuses never contains 'active' or 'pending' (validated before this runs).
+WITH chosen AS (
+    SELECT j.id, j.queue, j.singleton_key, j.seq
+    FROM {schema}.job AS j
+    WHERE j.queue = %(queue)s AND j.status::text = ANY(%(statuses)s::text[])
+      AND j.status NOT IN ('active', 'pending')
+),
+{retry_chosen}
+
+-- fragment: retry_chosen
+-- The rest of a retry_jobs statement: re-arms the rows of a CTE named chosen
+-- (id, queue, singleton_key, seq) and counts them, in one statement. Of
+-- several chosen jobs sharing a singleton key only the newest is re-armed:
+-- two re-armed at once would both pass rearmable's NOT EXISTS and then
+-- violate the unique index. A key taken by a concurrent add that commits
+-- after the check still raises; retry_jobs retries from a savepoint then.
+keyed AS (
+    SELECT c.id,
+           c.singleton_key IS NULL
+           OR row_number() OVER (PARTITION BY c.queue, c.singleton_key
+                                 ORDER BY c.seq DESC) = 1 AS first_of_key
+    FROM chosen AS c
+),
+retried AS (
+    UPDATE {schema}.job AS j
+    SET {rearmed}
+    FROM keyed AS k
+    WHERE j.id = k.id AND k.first_of_key AND {rearmable}
+    RETURNING 1
+)
+SELECT count(*) AS retried FROM retried;
+
+-- name: cancel_jobs_by_id
+-- cancel_jobs by id: each job named is cancelled (pending) or signalled
+-- (active) as cancel_job does it (fragment cancel_targets). Rows are locked
+-- in id order, so two bulk cancels over the same jobs cannot deadlock.
+WITH target AS (
+    SELECT id, status FROM {schema}.job
+    WHERE id = ANY(%(job_ids)s::uuid[])
+    ORDER BY id
+    FOR UPDATE
+),
+{cancel_targets}
+
+-- name: cancel_jobs_by_status
+-- statuses holds only 'pending' and 'active' (validated before this runs).
+WITH target AS (
+    SELECT id, status FROM {schema}.job
+    WHERE queue = %(queue)s AND status::text = ANY(%(statuses)s::text[])
+    ORDER BY id
+    FOR UPDATE
+),
+{cancel_targets}
+
+-- fragment: cancel_writes
+-- cancel_job's and cancel_jobs' writes, over a locked CTE named target (id,
+-- status): pending jobs end cancelled at once; active ones get their cancel
+-- request recorded and announced on the cancel channel, so whichever worker
+-- runs them sets the handler's signal.
+cancelled AS (
+    UPDATE {schema}.job AS j
+    SET status = 'cancelled', finished_at = now()
+    FROM target
+    WHERE j.id = target.id AND target.status = 'pending'
+    RETURNING j.id
+),
+signalled AS (
+    UPDATE {schema}.job AS j
+    SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
+    FROM target
+    WHERE j.id = target.id AND target.status = 'active'
+    RETURNING j.id, pg_notify(%(cancel_channel)s, j.id::text)
+)
+
+-- fragment: cancel_targets
+-- The rest of a cancel_jobs statement: its writes, then the ids cancelled
+-- (the client's job_cancelled callbacks), how many were signalled and how
+-- many had finished already.
+{cancel_writes}
+SELECT (SELECT coalesce(array_agg(id::text), '{{}}') FROM cancelled) AS cancelled_ids,
+       (SELECT count(*) FROM signalled) AS signalled,
+       (SELECT count(*) FROM target WHERE status NOT IN ('pending', 'active'))
+           AS already_finished,
+       (SELECT count(*) FROM target) AS found;
+
+-- name: redrive_copies
+-- redrive: the dead-letter copies of a queue still waiting (pending), each
+-- with the queue of the job it copies, oldest first. Locked for the rest of
+-- the redrive's transaction (a concurrent redrive passes over them), which
+-- adds each copy's data back to that queue and then completes the copy
+-- (complete_redriven). A copy whose source was removed has no queue to go
+-- back to and is left where it is. LIMIT NULL: every copy.
+-- The source is looked up by primary key, one per copy (the LIMIT keeps the
+-- subquery from being flattened): as a plain join, the planner misjudged how
+-- many copies there are and hashed the whole job table.
+SELECT c.id::text AS id, c.data::text AS data, c.priority, c.group_id,
+       s.queue AS source_queue
+FROM {schema}.job AS c
+CROSS JOIN LATERAL (
+    SELECT s.queue FROM {schema}.job AS s WHERE s.id = c.source_job_id LIMIT 1
+) AS s
+WHERE c.queue = %(queue)s AND c.status = 'pending' AND c.source_job_id IS NOT NULL
+ORDER BY c.seq
+LIMIT %(limit)s
+FOR UPDATE OF c SKIP LOCKED;
+
+-- name: complete_redriven
+-- The copies redriven, completed with the new job's id as their output, so
+-- each says where its data went. pending -> completed: the copy itself never
+-- ran; the new job in the source queue will.
+-- Pinned to the primary key, as complete_jobs is: the recordset cannot be
+-- sized, and the planner would otherwise scan every pending job.
+WITH r AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(%(copies)s::jsonb) AS r (id uuid, job_id text)
+),
+done AS (
+    UPDATE {schema}.job AS j
+    SET status = 'completed', finished_at = now(),
+        output = jsonb_build_object('redriven_job_id', r.job_id)
+    FROM r
+    WHERE j.id = ANY (ARRAY(SELECT r.id FROM r))
+      AND j.id = r.id AND j.status::text = 'pending'
+    RETURNING 1
+)
+SELECT count(*) AS completed FROM done;

@@ -216,6 +216,24 @@ FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
 WHERE j.id = h.id AND j.lease_token = h.lease_token AND j.status = 'active'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
+-- name: leased_jobs
+-- A pull consumer's attempts, as its writes need them (portqueue.pull): the
+-- lease's expiry, which fetch_jobs reports, and the retry policy a failure
+-- follows, which fail_job applies as the worker does. Only rows still holding
+-- the lease come back (id, token, status 'active'): a missing one is fenced.
+-- Pinned to the primary key as complete_jobs is (and for its reason): joined
+-- plainly, the planner scanned job_lease_idx, every running job.
+WITH l AS MATERIALIZED (
+    SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb) AS l (id uuid, lease_token bigint)
+)
+SELECT j.id::text AS id, j.lease_expires_at, j.attempt, j.max_attempts,
+       j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+       j.backoff_max_delay_seconds, j.backoff_jitter,
+       j.cancel_requested_at IS NOT NULL AS cancel_requested
+FROM {schema}.job AS j
+JOIN l ON j.id = l.id AND j.lease_token = l.lease_token
+WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active';
+
 -- name: release_jobs
 -- Abort: jobs still running go back to pending at once, without spending the
 -- attempt, so nothing waits for a lease to lapse after a deploy. Fenced, so

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Annotated, TypeVar
+from typing import Annotated
 
 import typer
 
@@ -38,7 +38,6 @@ IdsArgument = Annotated[list[str] | None, typer.Argument(
 QueueFilter = Annotated[str | None, typer.Option(
     "--queue", help="With --status: act on this queue's matching jobs.", show_default=False)]
 FILTER_NAMES = {"queue": "--queue", "group_id": "--group-id", "statuses": "--status"}
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -103,13 +102,6 @@ def _act_and_report(session: Session, where: Filter, verbs: tuple[str, str], as_
             f"{done} {acted} of {matched} matching job(s)")
 
 
-def _each_in_one_transaction(session: Session, method: Callable[..., T],
-                             page: list[str]) -> list[T]:
-    """``method(job_id=…)`` for each id of ``page``, all in one transaction."""
-    with session.transaction() as tx:
-        return [method(job_id=job_id, tx=tx) for job_id in page]
-
-
 @app.command("retry")
 def retry_command(
     ids: IdsArgument = None,
@@ -134,8 +126,8 @@ def retry_command(
     with open_session(dsn, schema, names=FILTER_NAMES) as session:
         if isinstance(target, Filter):
             def act(page: list[str]) -> int:
-                done = _each_in_one_transaction(session, session.pq.retry_job, page)
-                return sum(result is not None for result in done)
+                # One statement per page (retry_jobs), in a transaction of its own.
+                return session.run(session.pq.retry_jobs, job_ids=page)
 
             _act_and_report(session, target, ("retrying", "retried"), as_json, act)
             return
@@ -180,10 +172,12 @@ def cancel_command(
             outcomes = Counter({outcome.value: 0 for outcome in CancelOutcome})
 
             def act(page: list[str]) -> int:
-                done = _each_in_one_transaction(session, session.pq.cancel_job, page)
-                outcomes.update(result.outcome.value for result in done)
+                # One statement per page (cancel_jobs), in a transaction of its own.
+                counts = session.run(session.pq.cancel_jobs, job_ids=page)
+                outcomes.update({outcome.value: getattr(counts, outcome.value)
+                                 for outcome in CancelOutcome})
                 # A signalled job stays active: still matching if active was asked for.
-                return sum(result.outcome is CancelOutcome.CANCELLED for result in done)
+                return counts.cancelled
 
             matched, _ = _act_on_matching(session, target, "cancelling", as_json, act)
             summary = ", ".join(f"{count} {name}" for name, count in outcomes.items())

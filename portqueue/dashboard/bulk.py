@@ -4,7 +4,8 @@ then the action (a CSRF-checked POST) that reports how many it acted on.
 The selection is the list's own filters (queue, status, group), never a list
 of ids from the browser: the page says how many match now, and the POST acts
 on what matches when it runs, at most ``insight.MAX_BULK`` jobs per submit,
-each through the same client call as its single-job button.
+in one statement (``retry_jobs``, ``cancel_jobs``) that re-checks each job as
+its single-job button's call does.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from portqueue.dashboard.actions import action
 from portqueue.dashboard.render import link, render
 from portqueue.dashboard.views import CANCELLABLE, RETRYABLE, client_of
 from portqueue.errors import InvalidArgument
-from portqueue.types import CancelOutcome, JobStatus
+from portqueue.types import JobStatus
 
 APPLIES_TO = {"retry": RETRYABLE, "cancel": CANCELLABLE}
 LABELS = {"retry": "Retry", "cancel": "Cancel"}
@@ -73,11 +74,11 @@ async def confirm(request: Request) -> Response:
         "matched": matched, "limit": insight.MAX_BULK, "back": back})
 
 
-async def _act(client: AsyncPortQueue, verb: str, job_id: str) -> bool:
+async def _act(client: AsyncPortQueue, verb: str, job_ids: list[str]) -> int:
+    """How many of ``job_ids`` were retried, or cancelled or signalled to stop."""
     if verb == "retry":
-        return await client.retry_job(job_id=job_id) is not None
-    result = await client.cancel_job(job_id=job_id)
-    return result.outcome in (CancelOutcome.CANCELLED, CancelOutcome.SIGNALLED)
+        return await client.retry_jobs(job_ids=job_ids)
+    return int(await client.cancel_jobs(job_ids=job_ids))
 
 
 @action
@@ -89,9 +90,9 @@ async def run(request: Request, form: FormData) -> Response:
     client = client_of(request)
     matched = await insight.read_async(client, insight.matching_count, chosen=chosen)
     ids = await insight.read_async(client, insight.matching_ids, chosen=chosen)
-    # One call per job, as the job page's button makes it: a job that moved on
-    # since the read (finished, removed, retried elsewhere) is counted as skipped.
-    acted = sum([await _act(client, verb, job_id) for job_id in ids])
+    # A job that moved on since the read (finished, removed, retried
+    # elsewhere) is passed over by the statement and counted as skipped.
+    acted = await _act(client, verb, list(ids)) if ids else 0
     filters = _filters(chosen)
     if back == "failures":
         filters = {"queue": chosen.queue}

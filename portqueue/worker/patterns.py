@@ -117,6 +117,20 @@ class PatternVerdicts:
             return False
         return bool(row["matches"])
 
+    def to_judge(self, patterns: Sequence[str]) -> list[str]:
+        """The distinct ``patterns`` not judged yet, as many as one claim judges
+        (a pull consumer judges them through its client, ``portqueue.pull``)."""
+        new = [p for p in dict.fromkeys(patterns) if p not in self._verdicts]
+        return new[:MAX_JUDGED_PER_CLAIM]
+
+    def remember(self, pattern: str, matches: bool, *, timed_out: bool = False) -> None:
+        """Record a verdict judged outside ``judge_unjudged``; one reached by
+        running out of time is judged again later, as there."""
+        if timed_out:
+            self._rejudge_at[pattern] = time.monotonic() + REJUDGE_TIMED_OUT_SECONDS
+        self._remember(pattern, matches)
+        self._rebuild()
+
     def _remember(self, pattern: str, matches: bool) -> None:
         self._verdicts[pattern] = matches
         while len(self._verdicts) > MAX_VERDICTS:

@@ -42,6 +42,23 @@ def _schedule(client: Any, queue: str) -> str:
     return str(schedule_id)
 
 
+def _fetched(client: Any, queue: str) -> Any:
+    _added(client, queue)
+    (job,) = client.fetch_jobs(queue=queue, limit=5)
+    return job
+
+
+def _settled(client: Any, queue: str, write: str) -> bool:
+    # A pull consumer's write on the job it fetched: both shells return True.
+    job = _fetched(client, queue)
+    lease = {"job_id": job.job_id, "lease_token": job.lease_token}
+    if write == "complete_job":
+        return bool(client.complete_job(**lease, output={"done": True}))
+    if write == "fail_job":
+        return bool(client.fail_job(**lease, error="boom", retry=False))
+    return bool(client.extend_lease(**lease, lease_seconds=120))
+
+
 def _add_and_wait(client: Any, queue: str) -> type[BaseException]:
     # No worker runs here: both shells must add the job, wait and time out.
     with pytest.raises(TimeoutError) as info:
@@ -73,6 +90,13 @@ SCENARIOS: dict[str, Scenario] = {
     "get_schedules": lambda c, q: (_schedule(c, q), c.get_schedules(queue=q))[1],
     "wait_for_job": lambda c, q: c.wait_for_job(job_id=_cancelled(c, q), timeout_seconds=5),
     "add_job_and_wait": _add_and_wait,
+    "fetch_jobs": lambda c, q: (_added(c, q), c.fetch_jobs(queue=q))[1],
+    "complete_job": lambda c, q: _settled(c, q, "complete_job"),
+    "fail_job": lambda c, q: _settled(c, q, "fail_job"),
+    "extend_lease": lambda c, q: _settled(c, q, "extend_lease"),
+    "retry_jobs": lambda c, q: c.retry_jobs(job_ids=[_cancelled(c, q)]),
+    "cancel_jobs": lambda c, q: c.cancel_jobs(queue=(_added(c, q), q)[1], statuses=["pending"]),
+    "redrive": lambda c, q: (_added(c, q), c.redrive(queue=q))[1],
 }
 # Public coroutine methods tested elsewhere on both clients: the worker's
 # lifecycle (tests/integration/test_worker_*.py, ``harness`` and ``aharness``)

@@ -65,3 +65,14 @@ def refusal(call: Callable[[], Any]) -> InvalidArgument | None:
     except InvalidArgument as error:
         return error
     return None
+
+
+def assert_refused_writing_nothing(
+    db: psycopg.Connection[Any], schema: str, call: Callable[[], Any], argument: str
+) -> None:
+    """``call()`` raises the InvalidArgument naming ``argument``, and writes nothing."""
+    unchanged = Unchanged(db, schema)
+    error = refusal(call)
+    assert error is not None, f"the call was accepted; expected a refusal naming {argument!r}"
+    assert_refused(error, argument)
+    unchanged.assert_unchanged()

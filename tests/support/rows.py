@@ -92,6 +92,16 @@ def finish(db: psycopg.Connection[Any], schema: str, job_id: str, status: str) -
     update_job(db, schema, job_id, f"status = '{status}', finished_at = now()")
 
 
+def set_dead_letter_queue(
+    db: psycopg.Connection[Any], schema: str, queue: str, dead_letter_queue: str
+) -> None:
+    """What a worker declaring ``dead_letter_queue=`` writes on ``queue``'s row when it starts."""
+    db.execute(sql.SQL(
+        "INSERT INTO {} (name, dead_letter_queue) VALUES (%s, %s) ON CONFLICT (name) "
+        "DO UPDATE SET dead_letter_queue = excluded.dead_letter_queue").format(
+        sql.Identifier(schema, "queue")), [queue, dead_letter_queue])
+
+
 def is_async(client: Any) -> bool:
     return not isinstance(client, PortQueue)
 

@@ -33,6 +33,7 @@ BUILT: list[Query] = [
     ops.settled_by_lease(q, [LEASE]),
     ops.touch_jobs(q, [ops.Touch(LEASE, 60, None, None)]),
     ops.jobs_by_id(q, [LEASE.id]),
+    ops.leased_jobs(q, [LEASE]),
 ]
 
 

@@ -1,0 +1,79 @@
+"""The statements of issue 21 cost what they touch, not the table: with a
+large history, running jobs and a delayed backlog in it, the pull consumer's
+lease read, the bulk retry and cancel by id, and the redrive's statements
+reach their rows by primary key or a partial index, never a scan of the job
+table, and read a bounded number of pages. Plans as in test_claim_plan.py:
+``EXPLAIN (ANALYZE, BUFFERS)`` of the named query with the parameters the
+client sends, rolled back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from portqueue import PortQueue
+from portqueue import worker_operations as ops
+from portqueue.queries import Query, queries_for
+from tests.integration.test_claim_plan import explain, load_history
+from tests.support.plans import plan_nodes
+from tests.support.rows import set_dead_letter_queue
+
+Db = psycopg.Connection[Any]
+RUNNING = 2_000
+MAX_BUFFERS = 300
+
+
+def _load_running(db: Db, schema: str) -> None:
+    # Many running jobs: a statement joined plainly to a lease list scanned them all.
+    with db.transaction():
+        db.execute("SET LOCAL session_replication_role = replica")
+        db.execute(sql.SQL(
+            "INSERT INTO {} (id, queue, status, data, attempt, lease_token, lease_expires_at,"
+            " started_at) SELECT gen_random_uuid(), 'plan', 'active', '{{}}', 1, 1,"
+            " now() + interval '1 hour', now() FROM generate_series(1, %s)").format(
+            sql.Identifier(schema, "job")), [RUNNING])
+    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
+
+
+# What a statement naming its jobs by id may use: their primary key, and the
+# singleton index retry's key check looks up.
+BY_ID = {"job_pkey", "job_singleton_key_uq"}
+
+
+def _assert_cheap(db: Db, query: Query, *, by_id: bool = True) -> None:
+    (result,) = explain(db, query, fmt="JSON")
+    root = result["Plan"]
+    nodes = list(plan_nodes(root))
+    scanned = [node.get("Relation Name") for node in nodes if node["Node Type"] == "Seq Scan"]
+    assert "job" not in scanned, (query.name, json.dumps(root, indent=1))
+    if by_id:
+        indexes = {node["Index Name"] for node in nodes if "Index Name" in node}
+        assert indexes <= BY_ID, (query.name, indexes)
+    buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
+    assert buffers <= MAX_BUFFERS, f"{query.name}: {buffers} buffers"
+
+
+def test_the_new_statements_read_a_few_pages_whatever_the_history(
+    pq: PortQueue, db: Db, schema: str
+) -> None:
+    set_dead_letter_queue(db, schema, "src", "src-dead")
+    pq.add_jobs(queue="src", jobs=[{"data": {"n": n}} for n in range(5)])
+    fetched = pq.fetch_jobs(queue="src", limit=5)
+    for job in fetched[:3]:
+        pq.fail_job(job_id=job.job_id, lease_token=job.lease_token, error="x", retry=False)
+    load_history(db, schema)
+    _load_running(db, schema)
+    q = queries_for(schema)
+    held = [ops.Lease(job.job_id, job.lease_token) for job in fetched[3:]]
+    ids = [job.job_id for job in fetched]
+    copies = [{"id": copy.job_id, "job_id": copy.job_id}
+              for copy in pq.get_jobs(queue="src-dead").items]
+
+    _assert_cheap(db, ops.leased_jobs(q, held))
+    _assert_cheap(db, q("retry_jobs_by_id", job_ids=ids))
+    _assert_cheap(db, q("cancel_jobs_by_id", job_ids=ids, cancel_channel=q.cancel_channel))
+    _assert_cheap(db, q("redrive_copies", queue="src-dead", limit=None), by_id=False)
+    _assert_cheap(db, q("complete_redriven", copies=json.dumps(copies)))
