@@ -3,7 +3,6 @@ POST), report how many were acted on; checked against the rows."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -12,21 +11,12 @@ import psycopg
 import pytest
 
 from portqueue import AsyncPortQueue, PortQueue, insight
+from tests.dashboard.bulk_forms import confirm_form, statuses
 from tests.dashboard.conftest import csrf_token, fail_job_async, http_client
 from tests.dashboard.failure_rows import add_failed
 from tests.support.rows import finish, job_row
 
 Db = psycopg.Connection[Any]
-
-
-def _statuses(db: Db, schema: str, ids: list[str]) -> list[str]:
-    return [job_row(db, schema, job_id)["status"] for job_id in ids]
-
-
-def _confirm_form(page: str) -> dict[str, str]:
-    form = re.search(r'<form method="post" action="/bulk".*?</form>', page, re.S)
-    assert form is not None, "no confirmation form"
-    return dict(re.findall(r'<input type="hidden" name="(\w+)" value="([^"]*)">', form.group(0)))
 
 
 async def test_retry_every_failure_across_queues(
@@ -45,9 +35,9 @@ async def test_retry_every_failure_across_queues(
     assert confirm.status_code == 200
     assert "<h1>Retry 3 jobs?</h1>" in confirm.text and "every queue" in confirm.text
     # Showing the confirmation changed nothing.
-    assert _statuses(db, schema, [real.job_id, *others]) == ["failed"] * 3
+    assert statuses(db, schema, [real.job_id, *others]) == ["failed"] * 3
 
-    form = _confirm_form(confirm.text)
+    form = confirm_form(confirm.text)
     assert form["action"] == "retry" and form["status"] == "failed" and form["queue"] == ""
     response = await dashboard.post("/bulk", data=form)
     assert response.status_code == 303
@@ -55,7 +45,7 @@ async def test_retry_every_failure_across_queues(
     assert target.path == "/failures"
     assert parse_qs(target.query) == {"notice": ["bulk_retried"], "count": ["3"],
                                       "matched": ["3"]}
-    assert _statuses(db, schema, [real.job_id, *others]) == ["pending"] * 3
+    assert statuses(db, schema, [real.job_id, *others]) == ["pending"] * 3
     assert job_row(db, schema, str(done))["status"] == "completed"
     shown = await dashboard.get(response.headers["location"])
     assert "Retried 3 of 3 matching job(s)." in shown.text
@@ -79,15 +69,15 @@ async def test_cancel_the_pending_jobs_of_one_group(
         "action": "cancel", "queue": "mail", "status": "pending", "group": "tenant-1",
         "back": "jobs"})
     assert "<h1>Cancel 3 jobs?</h1>" in confirm.text
-    response = await dashboard.post("/bulk", data=_confirm_form(confirm.text))
+    response = await dashboard.post("/bulk", data=confirm_form(confirm.text))
     assert response.status_code == 303
     target = urlsplit(response.headers["location"])
     assert target.path == "/jobs"
     assert parse_qs(target.query) == {
         "notice": ["bulk_cancelled"], "count": ["3"], "matched": ["3"], "queue": ["mail"],
         "status": ["pending"], "group": ["tenant-1"]}
-    assert _statuses(db, schema, mine) == ["cancelled"] * 3
-    assert _statuses(db, schema, [theirs, elsewhere]) == ["pending", "pending"]
+    assert statuses(db, schema, mine) == ["cancelled"] * 3
+    assert statuses(db, schema, [theirs, elsewhere]) == ["pending", "pending"]
     assert "Cancelled 3 of 3 matching job(s)." in (
         await dashboard.get(response.headers["location"])).text
 
@@ -101,9 +91,9 @@ async def test_at_most_a_batch_per_submit_said_on_the_page(
     confirm = await dashboard.get("/bulk", params={"action": "retry", "queue": "big",
                                                    "status": "failed"})
     assert "At most 3 jobs are acted on per submit" in confirm.text
-    response = await dashboard.post("/bulk", data=_confirm_form(confirm.text))
+    response = await dashboard.post("/bulk", data=confirm_form(confirm.text))
     assert parse_qs(urlsplit(response.headers["location"]).query)["count"] == ["3"]
-    assert _statuses(db, schema, failed) == ["pending"] * 3 + ["failed"] * 2  # oldest first
+    assert statuses(db, schema, failed) == ["pending"] * 3 + ["failed"] * 2  # oldest first
 
 
 async def test_refused_without_csrf_or_from_another_site_and_nothing_changes(
@@ -111,7 +101,7 @@ async def test_refused_without_csrf_or_from_another_site_and_nothing_changes(
 ) -> None:
     failed = add_failed(pq, db, schema, queue="q", count=2)
     confirm = await dashboard.get("/bulk", params={"action": "retry", "status": "failed"})
-    form = _confirm_form(confirm.text)
+    form = confirm_form(confirm.text)
     token = form["csrf_token"]
     no_token = {key: value for key, value in form.items() if key != "csrf_token"}
     for data, headers in [
@@ -127,7 +117,7 @@ async def test_refused_without_csrf_or_from_another_site_and_nothing_changes(
     async with http_client(dashboard_app) as anonymous:
         assert (await anonymous.get("/bulk", params={"action": "retry"})).status_code == 401
         assert (await anonymous.post("/bulk", data=form)).status_code == 401
-    assert _statuses(db, schema, failed) == ["failed", "failed"]
+    assert statuses(db, schema, failed) == ["failed", "failed"]
 
 
 @pytest.mark.parametrize(("query", "named"), [
@@ -148,7 +138,7 @@ async def test_bad_parameters_are_a_400_that_names_them(
     token = csrf_token((await dashboard.get("/jobs/new")).text)
     acted = await dashboard.post("/bulk", data={**query, "csrf_token": token})
     assert acted.status_code == 400 and named in acted.text
-    assert _statuses(db, schema, failed) == ["failed"]
+    assert statuses(db, schema, failed) == ["failed"]
 
 
 async def test_a_crafted_notice_count_is_not_shown(

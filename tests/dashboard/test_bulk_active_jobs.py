@@ -11,7 +11,7 @@ import httpx
 import psycopg
 
 from portqueue import AsyncPortQueue
-from tests.dashboard.test_bulk import _confirm_form, _statuses
+from tests.dashboard.bulk_forms import confirm_form, statuses
 from tests.support.rows import job_row, make_active
 
 Db = psycopg.Connection[Any]
@@ -27,10 +27,10 @@ async def test_bulk_cancel_signals_running_jobs_and_cancels_pending_ones(
     confirm = await dashboard.get("/bulk", params={"action": "cancel", "queue": "mail",
                                                    "back": "jobs"})
     assert "<h1>Cancel 3 jobs?</h1>" in confirm.text
-    response = await dashboard.post("/bulk", data=_confirm_form(confirm.text))
+    response = await dashboard.post("/bulk", data=confirm_form(confirm.text))
     assert response.status_code == 303
     query = parse_qs(urlsplit(response.headers["location"]).query)
     assert (query["count"], query["matched"]) == (["3"], ["3"])
-    assert _statuses(db, schema, pending) == ["cancelled", "cancelled"]
+    assert statuses(db, schema, pending) == ["cancelled", "cancelled"]
     row = job_row(db, schema, running)
     assert row["status"] == "active" and row["cancel_requested_at"] is not None
