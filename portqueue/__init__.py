@@ -2,6 +2,7 @@
 
 from portqueue.async_client import AsyncPortQueue
 from portqueue.client import PortQueue
+from portqueue.control import Cancel, Snooze
 from portqueue.errors import (
     DatabaseUnavailable,
     InvalidArgument,
@@ -13,6 +14,7 @@ from portqueue.errors import (
     QueuePausedError,
     SchemaNotMigrated,
 )
+from portqueue.tasks import AsyncTask, Task
 from portqueue.types import (
     AddJobResult,
     Backoff,
@@ -21,6 +23,7 @@ from portqueue.types import (
     CancelResult,
     CronSpec,
     DeduplicationReason,
+    DrainResult,
     JobSnapshot,
     JobStatus,
     Page,
@@ -32,18 +35,24 @@ from portqueue.types import (
     Schedule,
     ScheduleInfo,
 )
+from portqueue.worker.job import AsyncJob, Job
 
 __all__ = [
     "AddJobResult",
+    "AsyncJob",
     "AsyncPortQueue",
+    "AsyncTask",
     "Backoff",
     "BackoffStrategy",
+    "Cancel",
     "CancelOutcome",
     "CancelResult",
     "CronSpec",
     "DatabaseUnavailable",
     "DeduplicationReason",
+    "DrainResult",
     "InvalidArgument",
+    "Job",
     "JobDeletedError",
     "JobFailedError",
     "JobSnapshot",
@@ -62,4 +71,6 @@ __all__ = [
     "Schedule",
     "ScheduleInfo",
     "SchemaNotMigrated",
+    "Snooze",
+    "Task",
 ]

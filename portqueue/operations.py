@@ -441,7 +441,7 @@ def _unkeyed_results(queue: str, specs: Sequence[JobSpec], rows: Rows) -> list[A
     # arithmetic in Python as in Postgres (the interval is in seconds only).
     # Statements of one transaction share its now().
     now = _utc(rows[0]["now"])
-    by_delay: dict[int, AddJobResult] = {}
+    by_delay: dict[float, AddJobResult] = {}
 
     def result(spec: JobSpec) -> AddJobResult:
         template = by_delay.get(spec.start_after_seconds)
@@ -548,6 +548,16 @@ def add_schedule(
         if existing:
             return _scheduled(queue, existing[0], deduplicated=True)
     raise PortQueueError(f"could not add a schedule to {queue!r}: its key kept changing owner")
+
+
+def _delay_until(q: Queries, spec: JobSpec, start_at: datetime) -> Operation[JobSpec]:
+    """``spec`` delayed to ``start_at`` (now, if it has passed) on the database
+    clock: the add runs in the same transaction (the client makes an add with
+    a schedule atomic), so now() is the same instant in both statements and
+    the row's start_after is exactly ``start_at``."""
+    (clock,) = yield q("now")
+    delay = (start_at - clock["now"]).total_seconds()
+    return spec._replace(start_after_seconds=max(delay, 0.0))
 
 
 def _schedule_key(spec: JobSpec, schedule: Schedule) -> str | None:
@@ -757,6 +767,8 @@ def add_job(
             settings.queries, settings.instance_key, _patterns_of([spec], None))
     if schedule is not None and schedule.recurring:
         return (yield from add_schedule(settings.queries, queue, spec, schedule))
+    if schedule is not None and schedule.start_at is not None:
+        spec = yield from _delay_until(settings.queries, spec, schedule.start_at)
     if attrs:
         spec = spec._replace(attrs=attrs)
     (result,) = yield from add_jobs(settings.queries, queue, [spec])
@@ -821,6 +833,12 @@ def _batch_spec(
     if schedule is not None and schedule.recurring:
         # Each recurrence needs its own add_job call to return its schedule_id.
         raise InvalidArgument(f"{prefix}schedule", "add_jobs takes one-off jobs only")
+    if schedule is not None and schedule.start_at is not None:
+        # Read against the database clock per add (add_job); a batch's
+        # entries would each need it, and a streamed batch has no round trip
+        # to spare for it.
+        raise InvalidArgument(f"{prefix}schedule.start_at",
+                              "add_job only: give add_jobs start_after_seconds")
     if defaults is not None:
         spec = defaults.fill(spec)
     return spec._replace(attrs=attrs) if attrs else spec
