@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import psycopg
@@ -129,9 +129,10 @@ def portqueue_schema(portqueue_dsn: str) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def _portqueue_cleanup(portqueue_dsn: str, portqueue_schema: str) -> Iterator[sql.Composed]:
-    # Found once: the statement that empties the schema, on a connection
-    # kept for the run (each test then pays one round trip).
+def _portqueue_cleanup(portqueue_dsn: str,
+                       portqueue_schema: str) -> Iterator[Callable[[], None]]:
+    # Found once: the statement that empties the schema, and a connection
+    # kept for the run to send it on (each test then pays one round trip).
     with psycopg.connect(portqueue_dsn, autocommit=True) as conn:
         order = _delete_order(conn, portqueue_schema)
         if order:
@@ -146,14 +147,18 @@ def _portqueue_cleanup(portqueue_dsn: str, portqueue_schema: str) -> Iterator[sq
                 [row[0] for row in conn.execute(
                     "SELECT tablename FROM pg_tables WHERE schemaname = %s AND tablename "
                     "<> 'alembic_version'", [portqueue_schema])]))
-        yield sql.Composed([sql.SQL("BEGIN; "), statement, sql.SQL("; COMMIT")])
+        emptying = sql.Composed([sql.SQL("BEGIN; "), statement, sql.SQL("; COMMIT")])
+
+        def empty() -> None:
+            conn.execute(emptying)
+
+        yield empty
 
 
 @pytest.fixture
-def _portqueue_empty_schema(portqueue_dsn: str, portqueue_schema: str,
-                            _portqueue_cleanup: sql.Composed) -> str:
-    with psycopg.connect(portqueue_dsn, autocommit=True) as conn:
-        conn.execute(_portqueue_cleanup)
+def _portqueue_empty_schema(portqueue_schema: str,
+                            _portqueue_cleanup: Callable[[], None]) -> str:
+    _portqueue_cleanup()
     return portqueue_schema
 
 
