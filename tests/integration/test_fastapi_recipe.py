@@ -57,3 +57,8 @@ def test_the_fastapi_recipe_enqueues_in_the_request_transaction_and_runs_the_job
         assert count_jobs(db, schema) == 1
     finally:
         db.execute("DROP TABLE IF EXISTS public.signups")
+
+
+def test_the_recipe_page_shows_the_tested_file() -> None:
+    page = (ROOT / "docs" / "fastapi.md").read_text(encoding="utf-8")
+    assert EXAMPLE.read_text(encoding="utf-8") in page
