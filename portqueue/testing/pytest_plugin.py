@@ -69,23 +69,13 @@ def portqueue_dsn() -> str:
     return server.server_dsn()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _drop_orphaned_schemas(conn: psycopg.Connection[Any]) -> None:
     """Schemas of runs that were killed (their process is gone)."""
     rows = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
                         [SCHEMA_PREFIX.replace("_", "\\_") + "%"]).fetchall()
     for (name,) in rows:
         match = re.fullmatch(rf"{SCHEMA_PREFIX}\w+?_(\d+)", name)
-        if match and not _alive(int(match.group(1))):
+        if match and not server.process_alive(int(match.group(1))):
             with contextlib.suppress(psycopg.Error):
                 conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(
                     sql.Identifier(name)))

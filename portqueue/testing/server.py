@@ -97,6 +97,18 @@ def embedded_dsn() -> str:
     return start_embedded(Path(os.environ[EMBEDDED_DIRECTORY]), stop_at_exit=False)
 
 
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs: a test database or schema named after a
+    process that is gone was left by a killed run, and may be dropped."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def dsn_for_database(base_dsn: str, database: str) -> str:
     """``base_dsn`` pointing at ``database`` on the same server."""
     params = conninfo_to_dict(base_dsn)

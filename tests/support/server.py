@@ -6,9 +6,10 @@ from portqueue.testing.server import (
     claim_embedded_directory,
     dsn_for_database,
     embedded_dsn,
+    process_alive,
     release_embedded_directory,
     server_dsn,
 )
 
 __all__ = ["EMBEDDED_DIRECTORY", "_OWNER", "claim_embedded_directory", "dsn_for_database",
-           "embedded_dsn", "release_embedded_directory", "server_dsn"]
+           "embedded_dsn", "process_alive", "release_embedded_directory", "server_dsn"]
