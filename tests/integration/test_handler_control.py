@@ -151,3 +151,25 @@ def test_cancel_needs_a_text_reason() -> None:
         Cancel(42)  # type: ignore[arg-type]
     assert refused.value.argument == "reason"
     assert Cancel().reason == "cancelled by its handler"
+
+
+@pytest.mark.parametrize("raised", [Snooze(seconds=60), Cancel("stop")])
+def test_raising_inside_job_transaction_rolls_the_handlers_writes_back(
+        pq: PortQueue, db: Db, schema: str, raised: Exception) -> None:
+    db.execute("CREATE TABLE IF NOT EXISTS public.control_effects (n int)")
+    db.execute("TRUNCATE public.control_effects")
+
+    @pq.handler("in-tx")
+    def handler(job: Any) -> None:
+        with job.transaction() as conn:
+            conn.execute("INSERT INTO public.control_effects VALUES (1)")
+            raise raised
+
+    job_id = pq.add_job(queue="in-tx", data=1).job_id
+    result = pq.drain()
+    assert (result.snoozed, result.cancelled) == ((1, 0) if isinstance(raised, Snooze)
+                                                  else (0, 1))
+    assert db.execute("SELECT count(*) FROM public.control_effects").fetchone()[0] == 0
+    expected = "pending" if isinstance(raised, Snooze) else "cancelled"
+    assert job_row(db, schema, job_id)["status"] == expected
+    db.execute("DROP TABLE public.control_effects")
