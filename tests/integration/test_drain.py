@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from portqueue import DrainResult, InvalidArgument, PauseMode, PortQueue
-from tests.support.rows import count_jobs, job_row
+from tests.support.rows import count_jobs, job_row, update_job
 
 Db = psycopg.Connection[Any]
 
@@ -163,3 +163,17 @@ def test_the_sync_client_drains_from_inside_a_running_loop(pq: PortQueue) -> Non
         return pq.drain()
 
     assert asyncio.run(inside()).completed == 1
+
+
+def test_a_drained_run_whose_lease_was_taken_writes_nothing(pq: PortQueue, db: Db,
+                                                            schema: str) -> None:
+    @pq.handler("zombie")
+    def zombie(job: Any) -> str:
+        # Another claim superseded this run while it ran (a rescue, a new claim).
+        update_job(db, schema, job.id, "lease_token = lease_token + 1")
+        return "late"
+
+    job_id = pq.add_job(queue="zombie", data=1).job_id
+    assert pq.drain() == DrainResult()
+    row = job_row(db, schema, job_id)
+    assert (row["status"], row["output"]) == ("active", None)
