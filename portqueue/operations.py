@@ -560,6 +560,18 @@ def _delay_until(q: Queries, spec: JobSpec, start_at: datetime) -> Operation[Job
     return spec._replace(start_after_seconds=max(delay, 0.0))
 
 
+def _delay_batch_until(q: Queries, specs: list[JobSpec],
+                       start_ats: Mapping[int, datetime]) -> Operation[list[JobSpec]]:
+    """A batch's specs with each ``start_ats[index]`` as a delay, as ``_delay_until``
+    does for one. Every delay becomes a float, so the batch's delay array has one
+    element type."""
+    (clock,) = yield q("now")
+    now = clock["now"]
+    return [spec._replace(start_after_seconds=max((start_ats[index] - now).total_seconds(), 0.0)
+                          if index in start_ats else float(spec.start_after_seconds))
+            for index, spec in enumerate(specs)]
+
+
 def _schedule_key(spec: JobSpec, schedule: Schedule) -> str | None:
     """The schedule's key column: its name (``schedule.key``) or idempotency key,
     one identity in one unique index, so the two may not disagree."""
@@ -803,6 +815,10 @@ def add_job_batch(
              for index, entry in enumerate(entries)]
     if not specs:
         return []
+    start_ats = {index: at for index, entry in enumerate(entries)
+                 if (at := _start_at_of(entry)) is not None}
+    if start_ats:
+        specs = yield from _delay_batch_until(settings.queries, specs, start_ats)
     patterns = _patterns_of(specs, "jobs")
     if patterns:
         yield from check_patterns(settings.queries, settings.instance_key, patterns)
@@ -812,8 +828,21 @@ def add_job_batch(
 def _needs_whole_batch(entry: Mapping[str, Any]) -> bool:
     # Keys are resolved over the whole batch, and patterns are checked by
     # PostgreSQL before anything is inserted: neither can be streamed.
+    # A start_at is turned into a delay on the batch's one now() (a round trip
+    # a streamed chunk has no room for).
     return (entry.get("idempotency_key") is not None or entry.get("singleton_key") is not None
-            or entry.get("preferred_instance_key_pattern") is not None)
+            or entry.get("preferred_instance_key_pattern") is not None
+            or _start_at_of(entry) is not None)
+
+
+def _start_at_of(entry: Mapping[str, Any]) -> datetime | None:
+    """An entry's ``schedule.start_at`` (validated by ``_batch_spec``), if it has one."""
+    schedule = entry.get("schedule")
+    if schedule is None:
+        return None
+    value = schedule.get("start_at") if isinstance(schedule, Mapping) else getattr(
+        schedule, "start_at", None)
+    return value if isinstance(value, datetime) else None
 
 
 def _batch_spec(
@@ -833,12 +862,6 @@ def _batch_spec(
     if schedule is not None and schedule.recurring:
         # Each recurrence needs its own add_job call to return its schedule_id.
         raise InvalidArgument(f"{prefix}schedule", "add_jobs takes one-off jobs only")
-    if schedule is not None and schedule.start_at is not None:
-        # Read against the database clock per add (add_job); a batch's
-        # entries would each need it, and a streamed batch has no round trip
-        # to spare for it.
-        raise InvalidArgument(f"{prefix}schedule.start_at",
-                              "add_job only: give add_jobs start_after_seconds")
     if defaults is not None:
         spec = defaults.fill(spec)
     return spec._replace(attrs=attrs) if attrs else spec

@@ -62,13 +62,27 @@ def test_bad_start_at_is_refused_with_nothing_written(pq: PortQueue, db: Db, sch
     assert count_jobs(db, schema) == 0
 
 
-def test_add_jobs_refuses_start_at_by_entry(pq: PortQueue, db: Db, schema: str) -> None:
+def test_add_jobs_takes_start_at_per_entry(pq: PortQueue, db: Db, schema: str) -> None:
+    start_at = db_now(db) + timedelta(hours=1, microseconds=5)
+    results = pq.add_jobs(queue="batch", jobs=[
+        {"data": 1},
+        {"data": 2, "schedule": {"start_at": start_at}},
+        {"data": 3, "schedule": {"start_after_seconds": 60}},
+        {"data": 4, "schedule": Schedule(start_at=start_at), "idempotency_key": "k"}])
+    rows = [job_row(db, schema, r.job_id) for r in results]
+    assert rows[0]["start_after"] == rows[0]["created_at"]
+    assert rows[1]["start_after"] == start_at == results[1].start_after
+    assert rows[2]["start_after"] == rows[2]["created_at"] + timedelta(seconds=60)
+    assert rows[3]["start_after"] == start_at
+    # A batch large enough to stream is sent whole when an entry has a start_at.
+    many = pq.add_jobs(queue="many", jobs=[{"data": n} for n in range(300)]
+                       + [{"data": "last", "schedule": {"start_at": start_at}}])
+    assert job_row(db, schema, many[-1].job_id)["start_after"] == start_at
     with pytest.raises(InvalidArgument) as refused:
-        pq.add_jobs(queue="batch", jobs=[
-            {"data": 1},
-            {"data": 2, "schedule": {"start_at": datetime.now(timezone.utc)}}])
-    assert refused.value.argument == "jobs[1].schedule.start_at"
-    assert count_jobs(db, schema) == 0
+        pq.add_jobs(queue="batch", jobs=[{"data": 5, "schedule": {"start_at": datetime(2030, 1,
+                                                                                       1)}}])
+    assert refused.value.argument == "jobs[0].schedule.start_at"
+    assert count_jobs(db, schema) == 305
 
 
 def test_the_async_client_takes_start_at(aclient: Any, db: Db, schema: str) -> None:
