@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow  # each test runs pytest in a subprocess
 
 USER_TESTS = '''
 import pytest
@@ -115,6 +117,7 @@ def test_a_failing_user_test_reports_what_is_enqueued(tmp_path: Path, pg_server_
     '''), encoding="utf-8")
     env = {**os.environ, "PORTQUEUE_TEST_DSN": pg_server_dsn, "PYTHONPATH": str(ROOT)}
     env.pop("PYTEST_XDIST_WORKER", None)
+    env.pop("PYTEST_ADDOPTS", None)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir",
          str(tmp_path), str(tmp_path / "test_failing.py")],
