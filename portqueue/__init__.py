@@ -2,6 +2,7 @@
 
 from portqueue.async_client import AsyncPortQueue
 from portqueue.client import PortQueue
+from portqueue.control import Cancel, Snooze
 from portqueue.errors import (
     DatabaseUnavailable,
     InvalidArgument,
@@ -13,6 +14,7 @@ from portqueue.errors import (
     QueuePausedError,
     SchemaNotMigrated,
 )
+from portqueue.tasks import AsyncTask, Task
 from portqueue.types import (
     AddJobResult,
     Backoff,
@@ -22,6 +24,7 @@ from portqueue.types import (
     CancelResult,
     CronSpec,
     DeduplicationReason,
+    DrainResult,
     FetchedJob,
     JobSnapshot,
     JobStatus,
@@ -34,20 +37,26 @@ from portqueue.types import (
     Schedule,
     ScheduleInfo,
 )
+from portqueue.worker.job import AsyncJob, Job
 
 __all__ = [
     "AddJobResult",
+    "AsyncJob",
     "AsyncPortQueue",
+    "AsyncTask",
     "Backoff",
     "BackoffStrategy",
+    "Cancel",
     "CancelCounts",
     "CancelOutcome",
     "CancelResult",
     "CronSpec",
     "DatabaseUnavailable",
     "DeduplicationReason",
+    "DrainResult",
     "FetchedJob",
     "InvalidArgument",
+    "Job",
     "JobDeletedError",
     "JobFailedError",
     "JobSnapshot",
@@ -66,4 +75,6 @@ __all__ = [
     "Schedule",
     "ScheduleInfo",
     "SchemaNotMigrated",
+    "Snooze",
+    "Task",
 ]

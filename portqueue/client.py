@@ -31,12 +31,14 @@ from portqueue.metrics import hooks
 from portqueue.migrate import migrate
 from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, client_settings
+from portqueue.tasks import TaskFactory
 from portqueue.tx import SyncTx, from_psycopg
 from portqueue.types import (
     AddJobResult,
     CancelCounts,
     CancelOutcome,
     CancelResult,
+    DrainResult,
     FetchedJob,
     JobSnapshot,
     JobStatus,
@@ -56,6 +58,9 @@ from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS, Worker
 
 # How often a poll_only client re-reads a waited-for job.
 POLL_ONLY_WAIT_SECONDS = 0.1
+# drain() stops its worker at once (nothing runs by then) or aborts it on its
+# timeout: the grace only bounds a stop whose database is slow.
+DRAIN_GRACE_SECONDS = 5.0
 
 T = TypeVar("T")
 H = TypeVar("H", bound=Callable[..., Any])
@@ -573,6 +578,15 @@ class PortQueue:
             dead_letter_queue=dead_letter_queue, dont_autoretry_for=dont_autoretry_for,
         ))
 
+    def task(self, queue: str | None = None, **queue_options: Any) -> TaskFactory:
+        """Decorator: a task object for the function, registered as the handler of
+        ``queue`` (default ``"<module>.<qualname>"``) with ``create_queue``'s
+        options. ``task.add(**arguments)`` adds a job whose data is the
+        arguments, checked against the signature; ``task.configure(**add_options)``
+        sets add options; ``task(...)`` runs the function here and now. See
+        ``portqueue.tasks`` for the argument encoding and the ``job`` parameter."""
+        return TaskFactory(self, queue, queue_options)
+
     def on(self, event: str, callback: Callable[..., Any]) -> None:
         """Call ``callback(snapshot)`` on ``job_started``, ``job_completed``,
         ``job_cancelled``, ``job_progress``, ``job_rescued`` (this worker's
@@ -673,6 +687,35 @@ class PortQueue:
             host.run()
         finally:
             self._host = None
+
+    def drain(
+        self,
+        queues: Sequence[str] | None = None,
+        *,
+        with_scheduled: bool = False,
+        timeout_seconds: float = 30.0,
+    ) -> DrainResult:
+        """Run, here and now, every ready job of ``queues`` (default: every queue with
+        a handler in this client), including jobs they add, until none is ready;
+        for tests. ``with_scheduled`` also runs delayed jobs and pending retries at
+        once (their ``start_after`` is moved to now). Leases, fencing, retries and
+        ``job.transaction()`` behave as in a worker: it is one, without its claim
+        loop. Returns the counts of each outcome; the builtin ``TimeoutError`` if
+        the queues are not dry within ``timeout_seconds`` (default 30)."""
+        if not isinstance(with_scheduled, bool):
+            raise InvalidArgument("with_scheduled", "must be True or False")
+        timeout = validation.positive_seconds("timeout_seconds", timeout_seconds)
+        registered = self._registry.queues()
+        chosen = registered if queues is None else {
+            name: registered[name] for name in validation.known_queues(queues, registered)}
+        if not chosen:
+            raise InvalidArgument("queues", "no queue has a handler in this client"
+                                  if queues is None else "no queue given")
+        worker = Worker(self._settings, self._registry, queues=chosen, poll_interval=1.0,
+                        grace_seconds=DRAIN_GRACE_SECONDS, maintenance=False, scheduler=False,
+                        for_drain=True)
+        return ThreadWorkerHost(worker).drain(
+            with_scheduled=with_scheduled, timeout_seconds=timeout)
 
     # --- waiting for a result ---
 

@@ -443,7 +443,7 @@ def _unkeyed_results(queue: str, specs: Sequence[JobSpec], rows: Rows) -> list[A
     # arithmetic in Python as in Postgres (the interval is in seconds only).
     # Statements of one transaction share its now().
     now = _utc(rows[0]["now"])
-    by_delay: dict[int, AddJobResult] = {}
+    by_delay: dict[float, AddJobResult] = {}
 
     def result(spec: JobSpec) -> AddJobResult:
         template = by_delay.get(spec.start_after_seconds)
@@ -550,6 +550,28 @@ def add_schedule(
         if existing:
             return _scheduled(queue, existing[0], deduplicated=True)
     raise PortQueueError(f"could not add a schedule to {queue!r}: its key kept changing owner")
+
+
+def _delay_until(q: Queries, spec: JobSpec, start_at: datetime) -> Operation[JobSpec]:
+    """``spec`` delayed to ``start_at`` (now, if it has passed) on the database
+    clock: the add runs in the same transaction (the client makes an add with
+    a schedule atomic), so now() is the same instant in both statements and
+    the row's start_after is exactly ``start_at``."""
+    (clock,) = yield q("now")
+    delay = (start_at - clock["now"]).total_seconds()
+    return spec._replace(start_after_seconds=max(delay, 0.0))
+
+
+def _delay_batch_until(q: Queries, specs: list[JobSpec],
+                       start_ats: Mapping[int, datetime]) -> Operation[list[JobSpec]]:
+    """A batch's specs with each ``start_ats[index]`` as a delay, as ``_delay_until``
+    does for one. Every delay becomes a float, so the batch's delay array has one
+    element type."""
+    (clock,) = yield q("now")
+    now = clock["now"]
+    return [spec._replace(start_after_seconds=max((start_ats[index] - now).total_seconds(), 0.0)
+                          if index in start_ats else float(spec.start_after_seconds))
+            for index, spec in enumerate(specs)]
 
 
 def _schedule_key(spec: JobSpec, schedule: Schedule) -> str | None:
@@ -855,6 +877,8 @@ def add_job(
             settings.queries, settings.instance_key, _patterns_of([spec], None))
     if schedule is not None and schedule.recurring:
         return (yield from add_schedule(settings.queries, queue, spec, schedule))
+    if schedule is not None and schedule.start_at is not None:
+        spec = yield from _delay_until(settings.queries, spec, schedule.start_at)
     if attrs:
         spec = spec._replace(attrs=attrs)
     (result,) = yield from add_jobs(settings.queries, queue, [spec])
@@ -889,6 +913,10 @@ def add_job_batch(
              for index, entry in enumerate(entries)]
     if not specs:
         return []
+    start_ats = {index: at for index, entry in enumerate(entries)
+                 if (at := _start_at_of(entry)) is not None}
+    if start_ats:
+        specs = yield from _delay_batch_until(settings.queries, specs, start_ats)
     patterns = _patterns_of(specs, "jobs")
     if patterns:
         yield from check_patterns(settings.queries, settings.instance_key, patterns)
@@ -898,8 +926,21 @@ def add_job_batch(
 def _needs_whole_batch(entry: Mapping[str, Any]) -> bool:
     # Keys are resolved over the whole batch, and patterns are checked by
     # PostgreSQL before anything is inserted: neither can be streamed.
+    # A start_at is turned into a delay on the batch's one now() (a round trip
+    # a streamed chunk has no room for).
     return (entry.get("idempotency_key") is not None or entry.get("singleton_key") is not None
-            or entry.get("preferred_instance_key_pattern") is not None)
+            or entry.get("preferred_instance_key_pattern") is not None
+            or _start_at_of(entry) is not None)
+
+
+def _start_at_of(entry: Mapping[str, Any]) -> datetime | None:
+    """An entry's ``schedule.start_at`` (validated by ``_batch_spec``), if it has one."""
+    schedule = entry.get("schedule")
+    if schedule is None:
+        return None
+    value = schedule.get("start_at") if isinstance(schedule, Mapping) else getattr(
+        schedule, "start_at", None)
+    return value if isinstance(value, datetime) else None
 
 
 def _batch_spec(

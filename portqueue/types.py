@@ -104,7 +104,7 @@ class CronSpec:
 
 @dataclass(frozen=True)
 class Schedule:
-    """Exactly one mode: a one-off delay, a recurring interval, or a recurring cron."""
+    """Exactly one mode: a one-off delay or start time, a recurring interval or cron."""
 
     start_after_seconds: int | None = None
     start_every_seconds: int | None = None
@@ -115,6 +115,9 @@ class Schedule:
     # Recurring only: the schedule's name within its queue. Adding a schedule
     # with the key of an existing one updates that one (declare-at-deploy).
     key: str | None = None
+    # One-off: an aware datetime to start at (a past one means now), read
+    # against the database clock when the job is added.
+    start_at: datetime | None = None
 
     @property
     def recurring(self) -> bool:
@@ -282,3 +285,16 @@ class Page(Generic[T]):
 
     items: list[T]
     total: int
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What ``drain()`` ran, by outcome: ``completed``, ``failed`` (attempts spent),
+    ``retried`` (failed attempts that will run again), ``cancelled`` (a ``Cancel``
+    raised or a cancel request honoured) and ``snoozed`` (a ``Snooze`` raised)."""
+
+    completed: int = 0
+    failed: int = 0
+    retried: int = 0
+    cancelled: int = 0
+    snoozed: int = 0

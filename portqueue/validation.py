@@ -552,13 +552,13 @@ def schedule(value: object, argument: str = "schedule") -> Schedule | None:
     s = _as_dataclass(argument, value, Schedule)
     modes = [
         m
-        for m in ("start_after_seconds", "start_every_seconds", "cron")
+        for m in ("start_after_seconds", "start_at", "start_every_seconds", "cron")
         if getattr(s, m) is not None
     ]
     if len(modes) != 1:
         raise InvalidArgument(
             argument,
-            f"pass exactly one of start_after_seconds, "
+            f"pass exactly one of start_after_seconds, start_at, "
             f"start_every_seconds, cron; got {modes or 'none'}",
         )
     if s.misfire_grace_seconds is not None and not s.recurring:
@@ -576,7 +576,21 @@ def schedule(value: object, argument: str = "schedule") -> Schedule | None:
             f"{argument}.start_every_seconds", s.start_every_seconds, minimum=1
         ),
         cron=None if s.cron is None else cron_spec(s.cron, f"{argument}.cron"),
+        start_at=start_at(f"{argument}.start_at", s.start_at),
     )
+
+
+def start_at(argument: str, value: object) -> datetime | None:
+    """An aware datetime. A naive one is refused: read as UTC or as the host's
+    zone, it would silently start hours early or late on some machine."""
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidArgument(argument, f"must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidArgument(argument, "must be timezone-aware (a naive datetime has no "
+                              "fixed instant): pass e.g. datetime.now(timezone.utc)")
+    return value
 
 
 class JobSpec(NamedTuple):
@@ -588,7 +602,8 @@ class JobSpec(NamedTuple):
     id: str
     data_json: str
     priority: int = 0
-    start_after_seconds: int = 0
+    # Fractional only for schedule.start_at (the delay to an exact instant).
+    start_after_seconds: float = 0
     retry: RetryPolicy | None = None
     expire_in_seconds: int | None = None
     retention_ttl_seconds: int | None = None

@@ -106,6 +106,15 @@ def failed_ids(rows: Rows) -> set[str]:
     return {str(row["id"]) for row in rows}
 
 
+def snooze_jobs(q: Queries, snoozes_json: Sequence[str]) -> Query:
+    """Fenced snoozes, each entry already JSON (``Snoozed.as_json``)."""
+    return q("snooze_jobs", jobs="[" + ",".join(snoozes_json) + "]")
+
+
+def snoozed_ids(rows: Rows) -> set[str]:
+    return {str(row["id"]) for row in rows}
+
+
 def settled_by_lease(q: Queries, leases: Sequence[Lease]) -> Query:
     """The status of each job whose row still holds the lease token."""
     return q("settled_by_lease", jobs=_leases(leases))
@@ -113,6 +122,14 @@ def settled_by_lease(q: Queries, leases: Sequence[Lease]) -> Query:
 
 def settled_statuses(rows: Rows) -> dict[str, str]:
     return {str(row["id"]): str(row["status"]) for row in rows}
+
+
+# --- drain ---
+
+
+def start_delayed_now(q: Queries, queues: Sequence[str]) -> Query:
+    """Delayed and retrying jobs of ``queues`` ready at once (drain with_scheduled)."""
+    return q("start_delayed_now", queues=list(queues))
 
 
 # --- the heartbeat ---

@@ -75,7 +75,7 @@ entries AS (
     -- a JSON null payload stays a jsonb null (the column is NOT NULL).
     SELECT * FROM ROWS FROM (
         unnest(%(id)s::uuid[]), jsonb_array_elements(%(data)s::jsonb),
-        unnest(%(priority)s::integer[]), unnest(%(start_after_seconds)s::integer[]),
+        unnest(%(priority)s::integer[]), unnest(%(start_after_seconds)s::double precision[]),
         unnest(%(max_attempts)s::integer[]), unnest(%(retry_delay_seconds)s::integer[]),
         unnest(%(backoff_strategy)s::text[]), unnest(%(backoff_factor)s::double precision[]),
         unnest(%(backoff_max_delay_seconds)s::integer[]), unnest(%(backoff_jitter)s::boolean[]),
@@ -99,7 +99,7 @@ entries AS (
 -- fragment: scalar_entry
 -- The same columns as entries_from_arrays, for one job.
     SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, %(priority)s::integer AS priority,
-           %(start_after_seconds)s::integer AS start_after_seconds,
+           %(start_after_seconds)s::double precision AS start_after_seconds,
            %(max_attempts)s::integer AS max_attempts,
            %(retry_delay_seconds)s::integer AS retry_delay_seconds,
            %(backoff_strategy)s::text AS backoff_strategy,
@@ -150,9 +150,9 @@ inserted AS (
         coalesce(e.expire_in_seconds, d.expire_in_seconds),
         -- expiry bounds the wait from eligibility, so a delayed job cannot
         -- expire before it could ever start
-        -- (summed as bigint: each may be up to 2^31 - 1, and an integer
-        -- overflow here would abort a caller's transaction)
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::bigint
+        -- (summed as double precision: each may be up to 2^31 - 1, and an
+        -- integer overflow here would abort a caller's transaction)
+        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::double precision
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),

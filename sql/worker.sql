@@ -295,3 +295,29 @@ copied AS (
     LEFT JOIN {schema}.queue AS dq ON dq.name = d.dead_letter_queue
     RETURNING source_job_id
 )
+
+-- name: snooze_jobs
+-- A handler raised Snooze: back to pending, to start delay_seconds from now
+-- on the database clock, with the attempt the claim counted given back and
+-- no error recorded (a snooze is not a failure). Fenced like fail_jobs.
+UPDATE {schema}.job AS j
+SET status = 'pending',
+    attempt = greatest(j.attempt - 1, 0),
+    start_after = now() + make_interval(secs => s.delay_seconds),
+    started_at = NULL,
+    lease_expires_at = NULL,
+    worker_id = NULL,
+    progress = coalesce(s.progress, j.progress),
+    attrs = CASE WHEN s.attrs IS NULL THEN j.attrs ELSE j.attrs || s.attrs END
+FROM jsonb_to_recordset(%(jobs)s::jsonb) AS s (id uuid, lease_token bigint,
+                                               delay_seconds double precision,
+                                               progress double precision, attrs jsonb)
+WHERE j.id = s.id AND j.lease_token = s.lease_token AND j.status = 'active'
+RETURNING j.id;
+
+-- name: start_delayed_now
+-- drain(with_scheduled=True): the delayed jobs and pending retries of the
+-- drained queues become ready now, so a test need not wait for them.
+UPDATE {schema}.job
+SET start_after = now()
+WHERE queue = ANY (%(queues)s::text[]) AND status = 'pending' AND start_after > now();

@@ -68,16 +68,6 @@ def pg_server_dsn() -> str:
     return server.server_dsn()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _drop_orphaned_databases(conn: psycopg.Connection[Any]) -> None:
     """Drop test databases left by killed test runs (their process is gone)."""
     rows = conn.execute(
@@ -85,7 +75,7 @@ def _drop_orphaned_databases(conn: psycopg.Connection[Any]) -> None:
     ).fetchall()
     for (name,) in rows:
         match = re.fullmatch(r"portqueue_test_\w+?_(\d+)", name)
-        if match and not _alive(int(match.group(1))):
+        if match and not server.process_alive(int(match.group(1))):
             with contextlib.suppress(psycopg.Error):
                 conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
 

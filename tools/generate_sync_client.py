@@ -25,6 +25,7 @@ REPLACEMENTS = [
     (r"\bAsyncCursorKeepingConnection\b", "CursorKeepingConnection"),
     (r"\bAsyncConnection\b", "Connection"),
     (r"\bAsyncWorkerHost\b", "ThreadWorkerHost"),
+    (r"\bAsyncTaskFactory\b", "TaskFactory"),
     (r"\bAsyncTx\b", "SyncTx"),
     (r"\brun_async\b", "run_sync"),
     (r"\bexecute_async\b", "execute_sync"),

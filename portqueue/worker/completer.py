@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import Any
 
 import psycopg
@@ -28,6 +29,7 @@ from portqueue.worker.outcomes import (
     Failure,
     Outcome,
     Settled,
+    Snoozed,
     Unsure,
     failure,
 )
@@ -61,9 +63,16 @@ class Completer:
         self._closing = False
         self.room = asyncio.Event()
         self.room.set()
+        # What was written, by kind (completed, failed, retried, cancelled,
+        # snoozed): drain's result. ``idle`` is set while nothing waits to be
+        # written, so drain claims again only once every outcome is in.
+        self.written: Counter[str] = Counter()
+        self.idle = asyncio.Event()
+        self.idle.set()
 
     def add(self, outcome: Outcome) -> None:
         self._waiting.append(outcome)
+        self.idle.clear()
         self._ready.set()
         self._update_room()
 
@@ -81,6 +90,8 @@ class Completer:
             await self._ready.wait()
             self._ready.clear()
             await self._flush()
+            if not self._waiting:
+                self.idle.set()
             if self._closing and not self._waiting:
                 return
 
@@ -141,15 +152,20 @@ class Completer:
         batch = await self._resolve_unsure(batch)
         completions = [o for o in batch if isinstance(o, Completion)]
         failures = [o for o in batch if isinstance(o, Failure)]
+        snoozes = [o for o in batch if isinstance(o, Snoozed)]
         queries = []
         if completions:
             queries.append(ops.complete_jobs(self.q, [c.as_json() for c in completions]))
         if failures:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
+        if snoozes:
+            queries.append(ops.snooze_jobs(self.q, [s.as_json() for s in snoozes]))
         results = await self._connections.execute(*queries) if queries else []
         written = ops.completed_ids(results[0]) if completions else set()
         if failures:
-            written.update(ops.failed_ids(results[-1]))
+            written.update(ops.failed_ids(results[1 if completions else 0]))
+        if snoozes:
+            written.update(ops.snoozed_ids(results[-1]))
         written.update(
             o.running.claimed.id for o in batch if isinstance(o, Settled) and o.completed)
         missing = [c for c in completions if c.running.claimed.id not in written]
@@ -195,7 +211,13 @@ class Completer:
                 log.warning("job %s on %r: lease lost; its outcome was refused", claimed.id,
                             claimed.queue)
                 continue
+            if isinstance(outcome, Snoozed):  # no event: the job has not finished
+                log.info("job %s on %r snoozed for %s s", claimed.id, claimed.queue,
+                         outcome.seconds)
+                self.written["snoozed"] += 1
+                continue
             event = self._event_of(outcome)
+            self.written[_KINDS[event]] += 1
             if isinstance(outcome, Failure):
                 errors[claimed.id] = outcome.error
             events.setdefault(event, []).append(claimed.id)
@@ -221,3 +243,7 @@ class Completer:
             # signal wrote status 'cancelled' too.
             return "job_cancelled"
         return "job_completed"
+
+
+_KINDS = {"job_completed": "completed", "job_failed": "failed", "job_retrying": "retried",
+          "job_cancelled": "cancelled"}

@@ -127,6 +127,11 @@ class Fetcher:
             # NOTIFY or poll, whatever the other queues returned.
             demand.claimed(asked, Counter(row.queue for row in rows))
 
+    async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
+        """One claim outside the loop (drain): its jobs start as the loop's do."""
+        async with self.claiming:
+            return await self._claim(asked)
+
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
         """Claim up to ``asked`` slots per queue and start what was claimed;
         returns every row (expired ones included: they used a slot)."""

@@ -17,6 +17,8 @@ from collections.abc import Coroutine
 from typing import Any
 
 from portqueue.errors import PortQueueError
+from portqueue.types import DrainResult
+from portqueue.worker.drain import drain
 from portqueue.worker.runtime import Worker
 
 log = logging.getLogger("portqueue.worker")
@@ -72,6 +74,11 @@ class AsyncWorkerHost:
 
     async def stop(self, *, abort: bool = False) -> None:
         await self.worker.stop(abort=abort)
+
+    async def drain(self, *, with_scheduled: bool, timeout_seconds: float) -> DrainResult:
+        """On the caller's loop: async handlers run on it, sync ones in threads."""
+        return await drain(self.worker, with_scheduled=with_scheduled,
+                           timeout_seconds=timeout_seconds)
 
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -164,6 +171,25 @@ class ThreadWorkerHost:
         self._stopping = True
         asyncio.run_coroutine_threadsafe(self._stop(abort), self.loop).result()
         self._thread.join()
+
+    def drain(self, *, with_scheduled: bool, timeout_seconds: float) -> DrainResult:
+        """On a loop of its own in a thread (the caller may be inside a running
+        loop already); returns, or raises, what the drain did."""
+        outcome: list[DrainResult | BaseException] = []
+
+        def main() -> None:
+            try:
+                outcome.append(asyncio.run(drain(
+                    self.worker, with_scheduled=with_scheduled, timeout_seconds=timeout_seconds)))
+            except BaseException as exc:
+                outcome.append(exc)
+
+        thread = threading.Thread(target=main, name="portqueue-drain", daemon=True)
+        thread.start()
+        thread.join()
+        if isinstance(outcome[0], BaseException):
+            raise outcome[0]
+        return outcome[0]
 
     def _next_event(self) -> int | str:
         # A timed wait: the main thread stays responsive to signals on every platform.

@@ -10,6 +10,7 @@ from typing import Any
 import psycopg
 
 from portqueue import validation
+from portqueue.control import Cancel, Snooze
 from portqueue.worker.backoff import retry_delay
 from portqueue.worker.state import Running
 
@@ -84,7 +85,24 @@ class Unsure:
     error: BaseException
 
 
-Outcome = Completion | Failure | Settled | Unsure
+@dataclass(frozen=True)
+class Snoozed:
+    """The handler raised ``Snooze``: back to pending ``seconds`` later, its
+    attempt given back and no error recorded."""
+
+    running: Running
+    seconds: float
+
+    def as_json(self) -> str:
+        return json.dumps({
+            "id": self.running.claimed.id,
+            "lease_token": self.running.claimed.lease_token,
+            "delay_seconds": self.seconds,
+            **_last_report(self.running),
+        })
+
+
+Outcome = Completion | Failure | Settled | Unsure | Snoozed
 
 
 def unsettled(running: Running, completing: Completion, exc: BaseException,
@@ -126,9 +144,18 @@ def completion(running: Running, result: Any, max_output_bytes: int) -> Outcome:
     return Completion(running, "cancelled" if cancelled else "completed", output)
 
 
+def raised(running: Running, exc: BaseException) -> Failure | Snoozed:
+    """The outcome of a handler that raised: a snooze, unless its cancel was
+    requested meanwhile (the cancel wins), else a failure."""
+    if isinstance(exc, Snooze) and running.state.reason != "cancelled":
+        return Snoozed(running, exc.seconds)
+    return failure(running, exc)
+
+
 def failure(running: Running, exc: BaseException) -> Failure:
     claimed = running.claimed
-    cancelled = running.state.reason == "cancelled"
+    # Cancel from the handler ends the job as a cancel request would: no retry.
+    cancelled = running.state.reason == "cancelled" or isinstance(exc, Cancel)
     retry = (
         not cancelled
         and claimed.attempt < claimed.max_attempts

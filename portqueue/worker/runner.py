@@ -27,6 +27,7 @@ from portqueue.worker.outcomes import (
     Settled,
     completion,
     failure,
+    raised,
     unsettled,
 )
 from portqueue.worker.registry import QueueSpec
@@ -171,7 +172,7 @@ class Runners:
                 result = running.spec.handler(job)
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: never left active
             job.close_transaction(commit=False)
-            return failure(running, exc)
+            return raised(running, exc)
         outcome = completion(running, result, self._settings.max_payload_bytes)
         if job.open_transaction is None or not isinstance(outcome, Completion):
             job.close_transaction(commit=False)
@@ -196,7 +197,7 @@ class Runners:
                 result = await running.spec.handler(job)
         except BaseException as exc:  # CancelledError included: recorded, never left active
             await job.close_transaction(commit=False)
-            return failure(running, exc)
+            return raised(running, exc)
         outcome = completion(running, result, self._settings.max_payload_bytes)
         if job.open_transaction is None or not isinstance(outcome, Completion):
             await job.close_transaction(commit=False)

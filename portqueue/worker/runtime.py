@@ -74,8 +74,13 @@ class Worker:
         maintenance: bool,
         scheduler: bool = True,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
+        for_drain: bool = False,
     ) -> None:
         self.settings = settings
+        # drain() claims through the fetcher itself, round by round: no claim
+        # loop, and no listener (nothing to wake; cancels reach running jobs
+        # through the heartbeat's touch).
+        self.for_drain = for_drain
         self.registry = registry
         self.queues = dict(queues)
         self.poll_interval = poll_interval
@@ -127,10 +132,11 @@ class Worker:
         await self._register()
         if self.queues:  # a scheduler/maintenance-only worker claims nothing
             await self.fetcher.connect()
-            self._spawn(self.fetcher.run(), "fetcher")
+            if not self.for_drain:
+                self._spawn(self.fetcher.run(), "fetcher")
         self._completing = asyncio.create_task(self.completer.run(), name="portqueue-completer")
         self._spawn(self.heartbeat.run(), "heartbeat")
-        if not self.settings.poll_only:
+        if not self.settings.poll_only and not self.for_drain:
             listener = Listener(self.connections, self.q, self.demand, self.jobs, self.closing,
                                 self.id, self.listen_check_seconds)
             self._spawn(listener.run(), "listener")

@@ -97,6 +97,8 @@ SCENARIOS: dict[str, Scenario] = {
     "retry_jobs": lambda c, q: c.retry_jobs(job_ids=[_cancelled(c, q)]),
     "cancel_jobs": lambda c, q: c.cancel_jobs(queue=(_added(c, q), q)[1], statuses=["pending"]),
     "redrive": lambda c, q: (_added(c, q), c.redrive(queue=q))[1],
+    "drain": lambda c, q: (c.create_queue(queue=q, handler=lambda job: None), _added(c, q),
+                           c.drain(queues=[q]))[2],
 }
 # Public coroutine methods tested elsewhere on both clients: the worker's
 # lifecycle (tests/integration/test_worker_*.py, ``harness`` and ``aharness``)

@@ -460,6 +460,6 @@ def test_getting_started_python_examples_run(
     started = time.monotonic()
     _run_python(ROOT / "docs" / "getting-started.md", docs_dsn, "", start_worker=True)
     printed = capsys.readouterr().out
-    assert "sending to b@example.com (attempt 1)" in printed
+    assert "sending 'welcome' to e@example.com" in printed
     assert "{'sent': True}" in printed
     assert time.monotonic() - started < 60
