@@ -14,6 +14,7 @@ from portqueue.errors import (
     SchemaNotMigrated,
 )
 from portqueue.types import (
+    FOREVER,
     AddJobResult,
     Backoff,
     BackoffStrategy,
@@ -43,6 +44,7 @@ __all__ = [
     "CronSpec",
     "DatabaseUnavailable",
     "DeduplicationReason",
+    "FOREVER",
     "InvalidArgument",
     "JobDeletedError",
     "JobFailedError",
