@@ -241,9 +241,11 @@ WHERE EXISTS (SELECT FROM {schema}.job AS j
 -- fragment: prune_no_own_outcome_ttl
 -- A job that set no ttl of its own for the outcome it had: such a job is in
 -- the range of that ttl (prune_by_own_completed_ttl, prune_by_own_failed_ttl)
--- and nowhere else.
-(CASE WHEN j.status = 'completed' THEN j.retention_completed_ttl_seconds
-      ELSE j.retention_failed_ttl_seconds END) IS NULL
+-- and nowhere else. Two ORs rather than a CASE: the planner estimates each
+-- from the columns' statistics (mostly NULL), where a CASE gets a guess that
+-- made it scan the whole table instead of job_finished_idx.
+(j.retention_completed_ttl_seconds IS NULL OR j.status <> 'completed')
+AND (j.retention_failed_ttl_seconds IS NULL OR j.status = 'completed')
 
 -- fragment: prune_after_last_batch
 -- Rows after the previous batch's last one, in (finished_at, id) order. The
