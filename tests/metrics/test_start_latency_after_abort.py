@@ -8,9 +8,6 @@ runs; a real in-process worker then runs the job again."""
 from __future__ import annotations
 
 import signal
-import subprocess
-from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,72 +15,42 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from portqueue import PortQueue
-from portqueue.metrics import instrument
-from tests.migrations.conftest import cli_command, cli_env
+from tests.metrics.latency import (
+    add_job_for_a_second_worker,
+    latency_sample,
+    registry_fixture,  # noqa: F401 (the registry fixture)
+    seconds,
+    stall_worker,
+)
 from tests.support.rows import job_row
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness, finished_row, row_where
 
-ROOT = Path(__file__).resolve().parents[2]
-QUEUE = "m-stall"  # as in tests/metrics/stall_app.py
-LEASE_SECONDS = 2
 # The aborted run lasts at least this long, so a latency counted from the add
 # is told apart from one counted from the release.
 RUN_SECONDS = 1.0
 Db = psycopg.Connection[Any]
 
 
-@pytest.fixture
-def registry(pq: PortQueue) -> Iterator[CollectorRegistry]:
-    registry = CollectorRegistry()
-    metrics = instrument(pq, registry=registry, cache_seconds=0)
-    try:
-        yield registry
-    finally:
-        metrics.close()
-
-
 def aborted_mid_run(pg_dsn: str, schema: str, db: Db, job_id: str, log: Path) -> None:
     """A worker process runs ``job_id`` for RUN_SECONDS, then is aborted
     (SIGINT) and releases it; the process is killed once the row is pending
     (its handler ignores the signal, and the thread would hold the exit)."""
-    with log.open("w") as output:
-        worker = subprocess.Popen(
-            [*cli_command(), "worker", "tests.metrics.stall_app:pq", "--no-scheduler",
-             "--no-maintenance", "--poll-interval", "0.2"],
-            cwd=ROOT, env=cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema,
-                                  PYTHONPATH=str(ROOT)),
-            stdout=output, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: row_where(
-                db, schema, job_id,
-                f"status = 'active' AND started_at < now() - interval '{RUN_SECONDS} s'"),
-                timeout=60, what=f"the worker process to run the job a while ({log})")
-            worker.send_signal(signal.SIGINT)
-            wait_until(lambda: row_where(db, schema, job_id, "status = 'pending'"), timeout=30,
-                       what=f"the aborting worker to release the job ({log})")
-        finally:
-            worker.send_signal(signal.SIGKILL)
-            worker.wait(timeout=30)
-
-
-def seconds(later: datetime, earlier: datetime) -> float:
-    return (later - earlier).total_seconds()
+    with stall_worker(pg_dsn, schema, log) as worker:
+        wait_until(lambda: row_where(
+            db, schema, job_id,
+            f"status = 'active' AND started_at < now() - interval '{RUN_SECONDS} s'"),
+            timeout=60, what=f"the worker process to run the job a while ({log})")
+        worker.send_signal(signal.SIGINT)
+        wait_until(lambda: row_where(db, schema, job_id, "status = 'pending'"), timeout=30,
+                   what=f"the aborting worker to release the job ({log})")
 
 
 def test_a_released_attempt_waits_from_its_release_not_from_its_add(
     harness: SyncHarness, registry: CollectorRegistry, pg_dsn: str, schema: str, db: Db,
     tmp_path: Path,
 ) -> None:
-    pq = harness.pq
-
-    @pq.handler(QUEUE, lease_seconds=LEASE_SECONDS, retry={"max_attempts": 2})
-    def finish(job: Any) -> str:
-        return "finished by the second worker"
-
-    job_id = pq.add_job(queue=QUEUE, data={}).job_id
-    assert job_id
+    job_id = add_job_for_a_second_worker(harness.pq)
     added = job_row(db, schema, job_id)
     aborted_mid_run(pg_dsn, schema, db, job_id, tmp_path / "aborted-worker.log")
     released = job_row(db, schema, job_id)
@@ -96,12 +63,9 @@ def test_a_released_attempt_waits_from_its_release_not_from_its_add(
                      what="the released job to finish")
     assert row["status"] == "completed" and row["attempt"] == 1
 
-    def sample(suffix: str) -> float | None:
-        return registry.get_sample_value(f"portqueue_job_start_latency_seconds_{suffix}",
-                                         {"queue": QUEUE})
-
-    wait_until(lambda: sample("count") == 1, what="the second attempt's start latency")
-    latency = sample("sum")
+    wait_until(lambda: latency_sample(registry, "count") == 1,
+               what="the second attempt's start latency")
+    latency = latency_sample(registry, "sum")
     assert latency == pytest.approx(seconds(row["started_at"], released["start_after"]), abs=1e-3)
     # From the add, the aborted run would be counted too.
     assert seconds(row["started_at"], row["created_at"]) > latency + RUN_SECONDS
