@@ -17,7 +17,9 @@ from psycopg import sql
 
 from portqueue import FOREVER, AsyncPortQueue, InvalidArgument, PortQueue, Retention
 from portqueue.maintenance import run_pass
+from portqueue.scheduler import Scheduler
 from tests.support.rows import count_rows, finish, job_row, update_job
+from tests.support.services import run_once
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness, finished_row
 
@@ -141,7 +143,7 @@ def test_a_jobs_own_outcome_ttl_wins_over_its_ttl_and_its_queues(
 
 
 def test_a_batch_and_a_schedule_carry_the_outcome_ttls(
-    pq: PortQueue, db: Db, schema: str
+    pq: PortQueue, db: Db, pg_dsn: str, schema: str
 ) -> None:
     added = pq.add_jobs(queue="batch", jobs=[
         {"data": 1}, {"data": 2, "retention": {"completed_ttl_seconds": 7}},
@@ -157,6 +159,15 @@ def test_a_batch_and_a_schedule_carry_the_outcome_ttls(
     assert template is not None
     assert template[0]["retention_completed_ttl_seconds"] == 30
     assert template[0]["retention_failed_ttl_seconds"] == 90
+    # The tick is due now: the scheduler spawns a job carrying both.
+    db.execute(sql.SQL("UPDATE {} SET next_run_at = now() WHERE id = %s").format(
+        sql.Identifier(schema, "schedule")), [recurring.schedule_id])
+    assert run_once(Scheduler, pg_dsn, schema)[1] == 1
+    spawned = db.execute(sql.SQL(
+        "SELECT retention_completed_ttl_seconds, retention_failed_ttl_seconds FROM {} "
+        "WHERE schedule_id = %s").format(sql.Identifier(schema, "job")),
+        [recurring.schedule_id]).fetchall()
+    assert spawned == [(30, 90)]
 
 
 # --- the client's defaults ---
@@ -289,3 +300,57 @@ def test_bad_queue_and_client_retention_name_their_argument(
         with pytest.raises(InvalidArgument):
             run_pass(pg_dsn, schema=schema, default_retention=bad)  # type: ignore[arg-type]
     assert count_rows(db, schema, "queue") == 0
+
+
+# --- end to end: per job, and the client default in a worker's own pruner ---
+
+
+def test_a_jobs_outcome_decides_which_of_its_ttls_applies(
+    harness: SyncHarness, db: Db, pg_dsn: str, schema: str
+) -> None:
+    pq = harness.pq
+
+    @pq.handler("per-job")
+    def run(job: Any) -> str:
+        if job.data["fail"]:
+            raise Boom("on purpose")
+        return "done"
+
+    harness.start()
+    keep_failures = {"completed_ttl_seconds": 0, "failed_ttl_seconds": DAY}
+    completed = pq.add_job(queue="per-job", data={"fail": False}, retention=keep_failures).job_id
+    failed = pq.add_job(queue="per-job", data={"fail": True}, retention=keep_failures).job_id
+    dropped = pq.add_job(queue="per-job", data={"fail": True},
+                         retention={"failed_ttl_seconds": 0}).job_id
+    assert completed and failed and dropped
+    wait_until(lambda: all(finished_row(db, schema, j) for j in (completed, failed, dropped)),
+               what="the worker to finish the three jobs")
+    assert pruned(pg_dsn, schema) == 2
+    assert [exists(db, schema, j) for j in (completed, failed, dropped)] == [False, True, False]
+
+
+def test_a_workers_pruner_applies_its_clients_default_per_outcome(
+    pg_dsn: str, schema: str, db: Db
+) -> None:
+    with PortQueue(pg_dsn, schema=schema, default_retention_seconds=DAY,
+                   default_retention={"completed_ttl_seconds": 60,
+                                      "failed_ttl_seconds": 3600}) as pq:
+        harness = SyncHarness(pq)
+        jobs = {}
+        for status, ago in [("completed", 120), ("failed", 120), ("expired", 7200)]:
+            job_id = pq.add_job(queue="defaults", data={}).job_id
+            assert job_id
+            finished(db, schema, job_id, status, ago)
+            jobs[status] = job_id
+        pq.handler("defaults")(lambda job: None)
+        try:
+            # A worker's maintenance passes start at once; within a pass the
+            # expired range comes after the failed one, so once the expired
+            # job is gone the failed one has been judged.
+            harness.start(maintenance=True)
+            wait_until(lambda: not exists(db, schema, jobs["completed"])
+                       and not exists(db, schema, jobs["expired"]),
+                       what="the worker's pruner to apply the client's defaults")
+            assert exists(db, schema, jobs["failed"])
+        finally:
+            harness.close()
