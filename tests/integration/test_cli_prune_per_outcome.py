@@ -1,5 +1,6 @@
-"""``portqueue prune`` takes the client defaults of retention per outcome
-(issue 18, item 13), so a cron job's pass prunes as the workers' would."""
+"""The CLI and retention per outcome (issue 18, item 13): ``portqueue prune``
+takes the client defaults, so a cron job's pass prunes as the workers' would;
+``portqueue add`` takes a job's ttls per outcome."""
 
 from __future__ import annotations
 
@@ -40,3 +41,20 @@ def test_prune_applies_the_default_per_outcome_ttls_and_caps(
 
     bad = cli("prune", "--default-keep-failed", "-1")
     assert bad.exit_code == 2
+
+
+def test_add_takes_the_outcome_ttls_and_names_a_bad_one(
+    pq: PortQueue, pg_dsn: str, db: Db, schema: str
+) -> None:
+    cli = Cli(pg_dsn, schema)
+    added = cli("add", "emails", "{}", "--create-queue", "--json",
+                "--retention-completed-ttl", "60", "--retention-failed-ttl", "2147483647")
+    assert added.exit_code == 0, added.output
+    job = pq.get_job(job_id=json.loads(added.stdout)["job_id"])
+    assert job is not None
+    assert (job.retention_ttl_seconds, job.retention_completed_ttl_seconds,
+            job.retention_failed_ttl_seconds) == (None, 60, 2147483647)
+
+    bad = cli("add", "emails", "{}", "--retention-failed-ttl", "-1")
+    assert bad.exit_code == 2 and "--retention-failed-ttl" in bad.output
+    assert count_rows(db, schema, "job") == 1
