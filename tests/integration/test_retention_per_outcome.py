@@ -354,3 +354,26 @@ def test_a_workers_pruner_applies_its_clients_default_per_outcome(
             assert exists(db, schema, jobs["failed"])
         finally:
             harness.close()
+
+
+def test_a_jobs_page_shows_its_ttls_per_outcome(pq: PortQueue, pg_dsn: str, schema: str) -> None:
+    httpx = pytest.importorskip("httpx")
+    from portqueue.dashboard import create_app
+
+    job_id = pq.add_job(queue="page", data={}, retention={
+        "completed_ttl_seconds": 3600, "failed_ttl_seconds": FOREVER}).job_id
+    plain = pq.add_job(queue="page", data={}).job_id
+
+    async def page(job_id: str) -> str:
+        async with AsyncPortQueue(pg_dsn, schema=schema) as apq:
+            transport = httpx.ASGITransport(app=create_app(apq))
+            async with httpx.AsyncClient(transport=transport,
+                                         base_url="http://127.0.0.1") as http:
+                response = await http.get(f"/jobs/{job_id}")
+                assert response.status_code == 200
+                return str(response.text)
+
+    text = asyncio.run(page(str(job_id)))
+    assert "<dt>retention if completed</dt><dd>1.0 h</dd>" in text
+    assert "<dt>retention if failed</dt><dd>forever</dd>" in text
+    assert "retention if" not in asyncio.run(page(str(plain)))
