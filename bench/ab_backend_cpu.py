@@ -15,6 +15,10 @@ and one in-process worker, then alternates, round by round, between them:
 
 CPU is read from ``/proc/<pid>/schedstat`` (the server must run on this
 machine). Prints medians per revision and the after / before ratio per round.
+
+``--before-without-indexes a,b`` drops those job indexes from the ``before``
+database after migrating it, to weigh indexes of one revision against each
+other (``--before head --after head --before-without-indexes …``).
 """
 
 from __future__ import annotations
@@ -47,15 +51,19 @@ def backend_cpu_ns(admin: psycopg.Connection[Any], database: str, skip: int) -> 
 
 
 class Variant:
-    def __init__(self, dsn: str, admin: psycopg.Connection[Any], revision: str) -> None:
-        self.database = f"ab_cpu_{revision}"
+    def __init__(self, dsn: str, admin: psycopg.Connection[Any], revision: str,
+                 label: str, without_indexes: tuple[str, ...] = ()) -> None:
+        self.database = f"ab_cpu_{label}"
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(self.database)))
         admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.database)))
         self.dsn = psycopg.conninfo.make_conninfo(dsn, dbname=self.database)
         migrate(self.dsn, revision=revision)
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            for index in without_indexes:
+                conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier("portqueue", index)))
         self.admin = admin
-        self.revision = revision
+        self.revision = label
         self.pq = PortQueue(self.dsn, pool_min_size=1, pool_max_size=1)
         self.finished = 0
 
@@ -116,9 +124,16 @@ def main() -> None:
     parser.add_argument("--before", default="0006")
     parser.add_argument("--after", default="head")
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--before-without-indexes", default="",
+                        help="comma-separated job indexes to drop from the before database")
     args = parser.parse_args()
+    dropped = tuple(i for i in args.before_without_indexes.split(",") if i)
+    if args.before == args.after:
+        args.before, args.after = f"{args.before}_before", f"{args.after}_after"
     with psycopg.connect(args.dsn, autocommit=True) as admin:
-        variants = [Variant(args.dsn, admin, args.before), Variant(args.dsn, admin, args.after)]
+        variants = [Variant(args.dsn, admin, args.before.removesuffix("_before"), args.before,
+                            dropped),
+                    Variant(args.dsn, admin, args.after.removesuffix("_after"), args.after)]
         results: dict[str, dict[str, list[float]]] = {
             v.revision: {"single": [], "bulk": [], "drain": []} for v in variants}
         try:

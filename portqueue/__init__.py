@@ -16,6 +16,7 @@ from portqueue.errors import (
 )
 from portqueue.tasks import AsyncTask, Task
 from portqueue.types import (
+    FOREVER,
     AddJobResult,
     Backoff,
     BackoffStrategy,
@@ -55,6 +56,7 @@ __all__ = [
     "DeduplicationReason",
     "DrainResult",
     "FetchedJob",
+    "FOREVER",
     "InvalidArgument",
     "Job",
     "JobDeletedError",

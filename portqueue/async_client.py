@@ -87,6 +87,10 @@ class AsyncPortQueue:
         ``"portqueue"``).
       default_retention_seconds: how long finished jobs are kept when neither the
         job nor its queue says (default 7 days).
+      default_retention: per-outcome defaults under the job's and queue's
+        (``Retention`` without ``ttl_seconds``): ``completed_ttl_seconds``,
+        ``failed_ttl_seconds``, and count caps ``keep_completed`` /
+        ``keep_failed`` for every queue that sets none (docs/retention.md).
 
     The pool opens on first use; ``aclose()`` (or ``async with``) releases it.
     """
@@ -103,6 +107,7 @@ class AsyncPortQueue:
         poll_only: bool = False,
         application_name: str = "portqueue",
         default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+        default_retention: Retention | Mapping[str, Any] | None = None,
     ) -> None:
         self._settings = client_settings(
             dsn,
@@ -114,6 +119,7 @@ class AsyncPortQueue:
             poll_only=poll_only,
             application_name=application_name,
             default_retention_seconds=default_retention_seconds,
+            default_retention=default_retention,
         )
         self._pool = AsyncConnectionPool(
             dsn,
@@ -153,6 +159,7 @@ class AsyncPortQueue:
             "pool_min_size": settings.pool_min_size, "pool_max_size": settings.pool_max_size,
             "poll_only": settings.poll_only, "application_name": settings.application_name,
             "default_retention_seconds": settings.default_retention_seconds,
+            "default_retention": settings.default_retention,
         }
         options.update({k: v for k, v in overrides.items() if k != "dsn" and v is not None})
         client = AsyncPortQueue(overrides.get("dsn") or settings.dsn, **options)

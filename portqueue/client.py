@@ -83,6 +83,10 @@ class PortQueue:
         ``"portqueue"``).
       default_retention_seconds: how long finished jobs are kept when neither the
         job nor its queue says (default 7 days).
+      default_retention: per-outcome defaults under the job's and queue's
+        (``Retention`` without ``ttl_seconds``): ``completed_ttl_seconds``,
+        ``failed_ttl_seconds``, and count caps ``keep_completed`` /
+        ``keep_failed`` for every queue that sets none (docs/retention.md).
 
     The pool opens on first use; ``close()`` (or ``with``) releases it.
     """
@@ -99,6 +103,7 @@ class PortQueue:
         poll_only: bool = False,
         application_name: str = "portqueue",
         default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
+        default_retention: Retention | Mapping[str, Any] | None = None,
     ) -> None:
         self._settings = client_settings(
             dsn,
@@ -110,6 +115,7 @@ class PortQueue:
             poll_only=poll_only,
             application_name=application_name,
             default_retention_seconds=default_retention_seconds,
+            default_retention=default_retention,
         )
         self._pool = ConnectionPool(
             dsn,
@@ -149,6 +155,7 @@ class PortQueue:
             "pool_min_size": settings.pool_min_size, "pool_max_size": settings.pool_max_size,
             "poll_only": settings.poll_only, "application_name": settings.application_name,
             "default_retention_seconds": settings.default_retention_seconds,
+            "default_retention": settings.default_retention,
         }
         options.update({k: v for k, v in overrides.items() if k != "dsn" and v is not None})
         client = PortQueue(overrides.get("dsn") or settings.dsn, **options)

@@ -161,6 +161,8 @@ def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
         retry=retry,
         timeout_seconds=row["timeout_seconds"],
         scheduled_for=_optional_utc(row["scheduled_for"]),
+        retention_completed_ttl_seconds=row["retention_completed_ttl_seconds"],
+        retention_failed_ttl_seconds=row["retention_failed_ttl_seconds"],
     )
 
 
@@ -176,6 +178,8 @@ def queue_info(row: dict[str, Any]) -> QueueInfo:
             ttl_seconds=row["retention_ttl_seconds"],
             keep_completed=row["retention_keep_completed"],
             keep_failed=row["retention_keep_failed"],
+            completed_ttl_seconds=row["retention_completed_ttl_seconds"],
+            failed_ttl_seconds=row["retention_failed_ttl_seconds"],
         ),
         timeout_seconds=row["timeout_seconds"],
         lease_seconds=row["lease_seconds"],
@@ -228,6 +232,7 @@ _ENTRY_COLUMNS = (
     "backoff_strategy", "backoff_factor", "backoff_max_delay_seconds", "backoff_jitter",
     "expire_in_seconds", "retention_ttl_seconds", "timeout_seconds",
     "preferred_instance_key_pattern", "idempotency_key", "singleton_key", "group_id", "attrs",
+    "retention_completed_ttl_seconds", "retention_failed_ttl_seconds",
 )
 
 

@@ -11,6 +11,7 @@ from psycopg.conninfo import conninfo_to_dict
 from portqueue import validation
 from portqueue.errors import InvalidArgument
 from portqueue.queries import Queries, queries_for
+from portqueue.types import Retention
 
 DEFAULT_RETENTION_SECONDS = 7 * 24 * 3600
 
@@ -27,6 +28,8 @@ class Settings:
     application_name: str
     default_retention_seconds: int
     queries: Queries
+    # Per-outcome ttls and count caps under the job's and queue's (no ttl_seconds).
+    default_retention: Retention = field(default_factory=Retention)
 
     def connection_kwargs(self, role: str) -> dict[str, Any]:
         """Connection settings for one role; the role names the connection in
@@ -50,6 +53,7 @@ def client_settings(
     poll_only: object,
     application_name: object,
     default_retention_seconds: object,
+    default_retention: object = None,
 ) -> Settings:
     if not isinstance(dsn, str) or not dsn:
         raise InvalidArgument("dsn", "must be a non-empty connection string")
@@ -81,4 +85,5 @@ def client_settings(
         default_retention_seconds=validation.integer(
             "default_retention_seconds", default_retention_seconds, minimum=0),
         queries=queries_for(checked_schema),
+        default_retention=validation.default_retention(default_retention),
     )

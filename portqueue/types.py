@@ -85,13 +85,27 @@ class RetryPolicy:
     backoff: Backoff = field(default_factory=Backoff)
 
 
+FOREVER = 2_147_483_647
+"""Keep forever: as a ``Retention`` ttl, the age rule never deletes the job; as
+``keep_completed`` / ``keep_failed``, no count cap applies (not even the
+client's). The largest value the integer columns hold, so SQL readers see it
+as a number of seconds (about 68 years); docs/retention.md."""
+
+
 @dataclass(frozen=True)
 class Retention:
-    """How long a finished job is kept; ``ttl_seconds=0`` prunes it on the next pass."""
+    """How long a finished job is kept; ``ttl_seconds=0`` prunes it on the next pass.
+
+    ``completed_ttl_seconds`` applies to jobs that end ``completed``,
+    ``failed_ttl_seconds`` to ``failed``, ``cancelled`` and ``expired`` ones; each
+    wins over ``ttl_seconds`` at the same level. ``FOREVER`` as a ttl keeps the
+    job from the age rule, as a ``keep_*`` cap turns a client-wide cap off."""
 
     ttl_seconds: int | None = None
     keep_completed: int | None = None
     keep_failed: int | None = None
+    completed_ttl_seconds: int | None = None
+    failed_ttl_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -183,6 +197,8 @@ class JobSnapshot:
     retry: RetryPolicy
     timeout_seconds: int | None
     scheduled_for: datetime | None
+    retention_completed_ttl_seconds: int | None = None
+    retention_failed_ttl_seconds: int | None = None
 
 
 @dataclass(frozen=True)

@@ -510,7 +510,18 @@ def retention(value: object, argument: str = "retention") -> Retention | None:
     seconds(f"{argument}.ttl_seconds", r.ttl_seconds)
     optional_integer(f"{argument}.keep_completed", r.keep_completed, minimum=0)
     optional_integer(f"{argument}.keep_failed", r.keep_failed, minimum=0)
+    seconds(f"{argument}.completed_ttl_seconds", r.completed_ttl_seconds)
+    seconds(f"{argument}.failed_ttl_seconds", r.failed_ttl_seconds)
     return r
+
+
+def default_retention(value: object, argument: str = "default_retention") -> Retention:
+    """A client's retention defaults. Its plain ttl is ``default_retention_seconds``,
+    which exists already: one setting, not two that could disagree."""
+    checked = retention(value, argument) or Retention()
+    if checked.ttl_seconds is not None:
+        raise InvalidArgument(f"{argument}.ttl_seconds", "is set by default_retention_seconds")
+    return checked
 
 
 def cron_spec(value: object, argument: str = "schedule.cron") -> CronSpec:
@@ -615,6 +626,8 @@ class JobSpec(NamedTuple):
     # Set by the client, never by a caller: the add span's trace context
     # (portqueue.metrics.tracing), stored in the row's attrs.
     attrs: Mapping[str, str] | None = None
+    retention_completed_ttl_seconds: int | None = None
+    retention_failed_ttl_seconds: int | None = None
 
     def columns(self) -> dict[str, Any]:
         """The columns this entry sets besides its id and data, by column name.
@@ -633,6 +646,8 @@ class JobSpec(NamedTuple):
             "idempotency_key": self.idempotency_key,
             "singleton_key": self.singleton_key,
             "group_id": self.group_id,
+            "retention_completed_ttl_seconds": self.retention_completed_ttl_seconds,
+            "retention_failed_ttl_seconds": self.retention_failed_ttl_seconds,
         }
         if self.retry is not None:
             values.update(retry_columns(self.retry))
@@ -753,6 +768,8 @@ def job_spec(
         idempotency_key=optional_text(f"{prefix}idempotency_key", options.get("idempotency_key")),
         singleton_key=optional_text(f"{prefix}singleton_key", options.get("singleton_key")),
         group_id=optional_text(f"{prefix}group_id", options.get("group_id")),
+        retention_completed_ttl_seconds=None if ret is None else ret.completed_ttl_seconds,
+        retention_failed_ttl_seconds=None if ret is None else ret.failed_ttl_seconds,
     )
     return spec, sched
 

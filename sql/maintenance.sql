@@ -85,11 +85,17 @@ RETURNING j.id;
 -- The pruner's work list: each retention rule and range that has at least
 -- one job to delete now. Finished jobs (completed, failed, cancelled,
 -- expired) go when either rule says so:
---   * by age ('queue_ttl', 'own_ttl'): finished longer ago than the job's
---     retention_ttl_seconds, else its queue's, else the client default
---     (%(default_ttl_seconds)s); ttl 0 means "as soon as it finished";
+--   * by age ('queue_ttl', 'own_ttl', 'own_completed_ttl', 'own_failed_ttl'):
+--     finished longer ago than the first ttl set of: the job's own for its
+--     outcome (retention_completed_ttl_seconds for completed jobs,
+--     retention_failed_ttl_seconds for failed, cancelled and expired ones),
+--     the job's retention_ttl_seconds, the queue's two likewise, the
+--     client's per-outcome defaults, the client default
+--     (%(default_ttl_seconds)s); ttl 0 means "as soon as it finished", and
+--     %(forever)s (FOREVER) never: such ranges are not listed at all;
 --   * by count ('count'): beyond the newest retention_keep_completed
---     completed, or retention_keep_failed failed, jobs of a queue.
+--     completed, or retention_keep_failed failed, jobs of a queue, else the
+--     client's caps; a cap of %(forever)s turns the client's off.
 -- Each item is then pruned in batches by its own statement below, each batch
 -- starting where the last one ended, so a pass reads every index range once
 -- rather than once per batch (rows deleted by earlier batches stay in the
@@ -111,33 +117,93 @@ WITH RECURSIVE own_ttls AS (
     FROM own_ttls AS t
     WHERE t.ttl IS NOT NULL
 ),
+-- The same loose scans for the outcomes' own ttls, on their partial indexes.
+own_completed_ttls AS (
+    (SELECT j.retention_completed_ttl_seconds AS ttl
+     FROM {schema}.job AS j
+     WHERE j.retention_completed_ttl_seconds IS NOT NULL AND j.status = 'completed'
+     ORDER BY j.retention_completed_ttl_seconds
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.retention_completed_ttl_seconds
+            FROM {schema}.job AS j
+            WHERE j.retention_completed_ttl_seconds > t.ttl AND j.status = 'completed'
+            ORDER BY j.retention_completed_ttl_seconds
+            LIMIT 1)
+    FROM own_completed_ttls AS t
+    WHERE t.ttl IS NOT NULL
+),
+own_failed_ttls AS (
+    (SELECT j.retention_failed_ttl_seconds AS ttl
+     FROM {schema}.job AS j
+     WHERE j.retention_failed_ttl_seconds IS NOT NULL
+       AND j.status IN ('failed', 'cancelled', 'expired')
+     ORDER BY j.retention_failed_ttl_seconds
+     LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.retention_failed_ttl_seconds
+            FROM {schema}.job AS j
+            WHERE j.retention_failed_ttl_seconds > t.ttl
+              AND j.status IN ('failed', 'cancelled', 'expired')
+            ORDER BY j.retention_failed_ttl_seconds
+            LIMIT 1)
+    FROM own_failed_ttls AS t
+    WHERE t.ttl IS NOT NULL
+),
 queue_ttls AS (
-    SELECT q.name, f.status, coalesce(q.retention_ttl_seconds, %(default_ttl_seconds)s) AS ttl
+    SELECT q.name, f.status,
+           coalesce(CASE WHEN f.status = 'completed' THEN q.retention_completed_ttl_seconds
+                         ELSE q.retention_failed_ttl_seconds END,
+                    q.retention_ttl_seconds,
+                    CASE WHEN f.status = 'completed' THEN %(default_completed_ttl_seconds)s::integer
+                         ELSE %(default_failed_ttl_seconds)s::integer END,
+                    %(default_ttl_seconds)s) AS ttl
     FROM {schema}.queue AS q
     CROSS JOIN unnest('{{completed,failed,cancelled,expired}}'::{schema}.job_status[]) AS f (status)
 ),
 count_caps AS (
-    SELECT q.name, 'completed'::{schema}.job_status AS status, q.retention_keep_completed AS keep
-    FROM {schema}.queue AS q
-    WHERE q.retention_keep_completed IS NOT NULL
-    UNION ALL
-    SELECT q.name, 'failed'::{schema}.job_status, q.retention_keep_failed
-    FROM {schema}.queue AS q
-    WHERE q.retention_keep_failed IS NOT NULL
+    SELECT c.* FROM (
+        SELECT q.name, 'completed'::{schema}.job_status AS status,
+               coalesce(q.retention_keep_completed, %(default_keep_completed)s::integer) AS keep
+        FROM {schema}.queue AS q
+        UNION ALL
+        SELECT q.name, 'failed'::{schema}.job_status,
+               coalesce(q.retention_keep_failed, %(default_keep_failed)s::integer)
+        FROM {schema}.queue AS q
+    ) AS c
+    WHERE c.keep IS NOT NULL AND c.keep < %(forever)s
 )
 SELECT 'own_ttl' AS rule, NULL::text AS queue, NULL::text AS status, t.ttl, NULL::integer AS keep
 FROM own_ttls AS t
-WHERE t.ttl IS NOT NULL
+WHERE t.ttl IS NOT NULL AND t.ttl < %(forever)s
   AND EXISTS (SELECT FROM {schema}.job AS j
               WHERE j.retention_ttl_seconds = t.ttl AND j.finished_at IS NOT NULL
+                AND j.finished_at <= now() - make_interval(secs => t.ttl)
+                AND {prune_no_own_outcome_ttl})
+UNION ALL
+SELECT 'own_completed_ttl', NULL, NULL, t.ttl, NULL
+FROM own_completed_ttls AS t
+WHERE t.ttl IS NOT NULL AND t.ttl < %(forever)s
+  AND EXISTS (SELECT FROM {schema}.job AS j
+              WHERE j.retention_completed_ttl_seconds = t.ttl AND j.status = 'completed'
+                AND j.finished_at <= now() - make_interval(secs => t.ttl))
+UNION ALL
+SELECT 'own_failed_ttl', NULL, NULL, t.ttl, NULL
+FROM own_failed_ttls AS t
+WHERE t.ttl IS NOT NULL AND t.ttl < %(forever)s
+  AND EXISTS (SELECT FROM {schema}.job AS j
+              WHERE j.retention_failed_ttl_seconds = t.ttl
+                AND j.status IN ('failed', 'cancelled', 'expired')
                 AND j.finished_at <= now() - make_interval(secs => t.ttl))
 UNION ALL
 SELECT 'queue_ttl', p.name, p.status::text, p.ttl, NULL
 FROM queue_ttls AS p
-WHERE EXISTS (SELECT FROM {schema}.job AS j
+WHERE p.ttl < %(forever)s
+  AND EXISTS (SELECT FROM {schema}.job AS j
               WHERE j.queue = p.name AND j.status = p.status AND j.finished_at IS NOT NULL
                 AND j.finished_at <= now() - make_interval(secs => p.ttl)
-                AND j.retention_ttl_seconds IS NULL)
+                AND j.retention_ttl_seconds IS NULL
+                AND {prune_no_own_outcome_ttl})
 UNION ALL
 SELECT 'count', k.name, k.status::text, NULL, k.keep
 FROM count_caps AS k
@@ -147,8 +213,8 @@ WHERE EXISTS (SELECT FROM {schema}.job AS j
               OFFSET k.keep
               LIMIT 1);
 
--- The three prune_by_* statements delete one batch of one work item. They
--- share a shape:
+-- The prune_by_* statements delete one batch of one work item. They share
+-- a shape:
 --   * candidates: the next %(limit)s rows of the item's index range, in
 --     (finished_at, id) order, after the previous batch's last row
 --     (%(after_finished_at)s, %(after_id)s; NULL for the first batch); the
@@ -170,7 +236,16 @@ WHERE EXISTS (SELECT FROM {schema}.job AS j
 --     batch starts.
 --
 -- The candidates' keyset condition and everything after the candidates are
--- the same in all three: the fragments below.
+-- the same in all of them: the fragments below.
+
+-- fragment: prune_no_own_outcome_ttl
+-- A job that set no ttl of its own for the outcome it had: such a job is in
+-- the range of that ttl (prune_by_own_completed_ttl, prune_by_own_failed_ttl)
+-- and nowhere else. Two ORs rather than a CASE: the planner estimates each
+-- from the columns' statistics (mostly NULL), where a CASE gets a guess that
+-- made it scan the whole table instead of job_finished_idx.
+(j.retention_completed_ttl_seconds IS NULL OR j.status <> 'completed')
+AND (j.retention_failed_ttl_seconds IS NULL OR j.status = 'completed')
 
 -- fragment: prune_after_last_batch
 -- Rows after the previous batch's last one, in (finished_at, id) order. The
@@ -212,6 +287,7 @@ WITH candidates AS (
       AND j.finished_at IS NOT NULL
       AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
       AND j.retention_ttl_seconds IS NULL
+      AND {prune_no_own_outcome_ttl}
       AND {prune_after_last_batch}
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
@@ -227,6 +303,7 @@ WITH candidates AS (
     WHERE j.retention_ttl_seconds = %(ttl)s
       AND j.finished_at IS NOT NULL
       AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
+      AND {prune_no_own_outcome_ttl}
       AND {prune_after_last_batch}
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
@@ -238,7 +315,8 @@ WITH candidates AS (
 -- row not kept is found by reading job_finished_idx newest first past the
 -- kept ones (so a cap costs about that many index entries per batch), and
 -- it and everything older goes, oldest first. Newest means latest
--- finished_at, then highest id.
+-- finished_at, then highest id. A job kept FOREVER by its own retention
+-- counts among the newest but is never a candidate.
 WITH boundary AS (
     SELECT j.finished_at, j.id
     FROM {schema}.job AS j
@@ -256,7 +334,39 @@ candidates AS (
      AND j.finished_at IS NOT NULL
      AND j.finished_at <= b.finished_at
      AND (j.finished_at, j.id) <= (b.finished_at, b.id)
+     AND coalesce(CASE WHEN j.status = 'completed' THEN j.retention_completed_ttl_seconds
+                       ELSE j.retention_failed_ttl_seconds END,
+                  j.retention_ttl_seconds) IS DISTINCT FROM %(forever)s
      AND {prune_after_last_batch}
+    ORDER BY j.finished_at, j.id
+    LIMIT %(limit)s
+),
+{prune_batch_tail};
+
+-- name: prune_by_own_completed_ttl
+-- Completed jobs with retention_completed_ttl_seconds = %(ttl)s, past it: a
+-- range of job_retention_completed_ttl_idx.
+WITH candidates AS (
+    SELECT j.id, j.finished_at
+    FROM {schema}.job AS j
+    WHERE j.retention_completed_ttl_seconds = %(ttl)s AND j.status = 'completed'
+      AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
+      AND {prune_after_last_batch}
+    ORDER BY j.finished_at, j.id
+    LIMIT %(limit)s
+),
+{prune_batch_tail};
+
+-- name: prune_by_own_failed_ttl
+-- Failed, cancelled and expired jobs with retention_failed_ttl_seconds =
+-- %(ttl)s, past it: a range of job_retention_failed_ttl_idx.
+WITH candidates AS (
+    SELECT j.id, j.finished_at
+    FROM {schema}.job AS j
+    WHERE j.retention_failed_ttl_seconds = %(ttl)s
+      AND j.status IN ('failed', 'cancelled', 'expired')
+      AND j.finished_at <= now() - make_interval(secs => %(ttl)s)
+      AND {prune_after_last_batch}
     ORDER BY j.finished_at, j.id
     LIMIT %(limit)s
 ),

@@ -91,7 +91,8 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds;
 
 -- name: resume_queue
 INSERT INTO {schema}.queue AS q (name)
@@ -102,7 +103,8 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds;
 
 -- name: remove_queue
 -- Removes a queue with no unfinished job: its row, its schedules (else they

@@ -83,12 +83,15 @@ entries AS (
         unnest(%(timeout_seconds)s::integer[]),
         unnest(%(preferred_instance_key_pattern)s::text[]),
         unnest(%(idempotency_key)s::text[]), unnest(%(singleton_key)s::text[]),
-        unnest(%(group_id)s::text[]), unnest(%(attrs)s::jsonb[])
+        unnest(%(group_id)s::text[]), unnest(%(attrs)s::jsonb[]),
+        unnest(%(retention_completed_ttl_seconds)s::integer[]),
+        unnest(%(retention_failed_ttl_seconds)s::integer[])
     ) WITH ORDINALITY AS e (
         id, payload, priority, start_after_seconds, max_attempts, retry_delay_seconds,
         backoff_strategy, backoff_factor, backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs, ord)
+        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, ord)
 )
 
 -- fragment: entry_from_scalars
@@ -112,7 +115,10 @@ entries AS (
            %(preferred_instance_key_pattern)s::text AS preferred_instance_key_pattern,
            %(idempotency_key)s::text AS idempotency_key,
            %(singleton_key)s::text AS singleton_key, %(group_id)s::text AS group_id,
-           %(attrs)s::jsonb AS attrs, 1::bigint AS ord
+           %(attrs)s::jsonb AS attrs,
+           %(retention_completed_ttl_seconds)s::integer AS retention_completed_ttl_seconds,
+           %(retention_failed_ttl_seconds)s::integer AS retention_failed_ttl_seconds,
+           1::bigint AS ord
 
 -- fragment: default_entry
 -- scalar_entry for a job that sets nothing but its data.
@@ -124,7 +130,9 @@ entries AS (
            NULL::integer AS expire_in_seconds, NULL::integer AS retention_ttl_seconds,
            NULL::integer AS timeout_seconds, NULL::text AS preferred_instance_key_pattern,
            NULL::text AS idempotency_key, NULL::text AS singleton_key,
-           NULL::text AS group_id, NULL::jsonb AS attrs, 1::bigint AS ord
+           NULL::text AS group_id, NULL::jsonb AS attrs,
+           NULL::integer AS retention_completed_ttl_seconds,
+           NULL::integer AS retention_failed_ttl_seconds, 1::bigint AS ord
 
 -- fragment: insert_entries
 -- The INSERT of the entries, up to its conflict handling.
@@ -142,7 +150,8 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs)
+        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -158,7 +167,8 @@ inserted AS (
         coalesce(e.timeout_seconds, d.timeout_seconds),
         e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
         -- the add span's trace context (portqueue.metrics.tracing), when tracing
-        coalesce(e.attrs, '{{}}'::jsonb)
+        coalesce(e.attrs, '{{}}'::jsonb),
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds
 
 -- fragment: keyed_insert_end
 -- A duplicate idempotency or singleton key is skipped by ON CONFLICT DO

@@ -12,7 +12,8 @@ SELECT id, queue, status::text AS status, data::text AS data, priority, attempt,
        preferred_instance_key_pattern, schedule_id, scheduled_for, source_job_id,
        created_at, start_after, started_at, finished_at, expire_at,
        retention_ttl_seconds, output::text AS output, errors::text AS errors, progress,
-       attrs::text AS attrs, cancel_requested_at
+       attrs::text AS attrs, cancel_requested_at,
+       retention_completed_ttl_seconds, retention_failed_ttl_seconds
 FROM {schema}.job
 WHERE id = ANY(%(job_ids)s::uuid[])
 ORDER BY seq DESC;
@@ -52,7 +53,8 @@ SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
        q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
        q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
        q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue
+       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds
 FROM {schema}.queue AS q
 ORDER BY q.created_at DESC, q.name
 LIMIT %(limit)s OFFSET %(offset)s;
@@ -62,7 +64,8 @@ SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
        q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
        q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
        q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue
+       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds
 FROM {schema}.queue AS q
 WHERE q.name = %(queue)s;
 

@@ -54,7 +54,8 @@ due AS (
         backoff_strategy text, backoff_factor double precision,
         backoff_max_delay_seconds integer, backoff_jitter boolean,
         expire_in_seconds integer, retention_ttl_seconds integer, timeout_seconds integer,
-        preferred_instance_key_pattern text, singleton_key text, group_id text)
+        preferred_instance_key_pattern text, singleton_key text, group_id text,
+        retention_completed_ttl_seconds integer, retention_failed_ttl_seconds integer)
 ),
 spawned AS (
     INSERT INTO {schema}.job AS j (
@@ -63,7 +64,7 @@ spawned AS (
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, singleton_key, group_id,
-        schedule_id, scheduled_for)
+        schedule_id, scheduled_for, retention_completed_ttl_seconds, retention_failed_ttl_seconds)
     SELECT
         e.job_id, e.queue, e.data, coalesce(e.priority, 0), e.scheduled_for,
         {resolved_retry_policy},
@@ -76,7 +77,8 @@ spawned AS (
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
         e.preferred_instance_key_pattern, e.singleton_key, e.group_id,
-        e.schedule_id, e.scheduled_for
+        e.schedule_id, e.scheduled_for,
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds
     FROM due AS e
     LEFT JOIN {schema}.queue AS d ON d.name = e.queue
     WHERE d.paused IS DISTINCT FROM 'all'

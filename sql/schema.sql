@@ -258,5 +258,30 @@ CREATE INDEX job_source_job_idx ON "portqueue".job (source_job_id)
 
 UPDATE portqueue.alembic_version SET version_num='0007' WHERE portqueue.alembic_version.version_num = '0006';
 
+-- Running upgrade 0007 -> 0008
+
+ALTER TABLE "portqueue".queue
+    ADD COLUMN retention_completed_ttl_seconds integer
+        CHECK (retention_completed_ttl_seconds >= 0),
+    ADD COLUMN retention_failed_ttl_seconds integer
+        CHECK (retention_failed_ttl_seconds >= 0);
+
+-- No CHECK on the job's two (migration 0006: the client validates them, and
+-- each CHECK of the job table costs every write of a row).
+ALTER TABLE "portqueue".job
+    ADD COLUMN retention_completed_ttl_seconds integer,
+    ADD COLUMN retention_failed_ttl_seconds integer;
+
+-- The pruner's ranges of jobs with an outcome's ttl of their own, by ttl and age.
+CREATE INDEX job_retention_completed_ttl_idx
+    ON "portqueue".job (retention_completed_ttl_seconds, finished_at)
+    WHERE retention_completed_ttl_seconds IS NOT NULL AND status = 'completed';
+CREATE INDEX job_retention_failed_ttl_idx
+    ON "portqueue".job (retention_failed_ttl_seconds, finished_at)
+    WHERE retention_failed_ttl_seconds IS NOT NULL
+      AND status IN ('failed', 'cancelled', 'expired');
+
+UPDATE portqueue.alembic_version SET version_num='0008' WHERE portqueue.alembic_version.version_num = '0007';
+
 COMMIT;
 

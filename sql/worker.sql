@@ -11,13 +11,14 @@ INSERT INTO {schema}.queue AS q (
     name, concurrency, max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
     backoff_max_delay_seconds, backoff_jitter, expire_in_seconds, retention_ttl_seconds,
     retention_keep_completed, retention_keep_failed, timeout_seconds, lease_seconds,
-    dead_letter_queue)
+    dead_letter_queue, retention_completed_ttl_seconds, retention_failed_ttl_seconds)
 VALUES (
     %(queue)s, %(concurrency)s, %(max_attempts)s, %(retry_delay_seconds)s,
     %(backoff_strategy)s, %(backoff_factor)s, %(backoff_max_delay_seconds)s,
     %(backoff_jitter)s, %(expire_in_seconds)s, %(retention_ttl_seconds)s,
     %(retention_keep_completed)s, %(retention_keep_failed)s, %(timeout_seconds)s,
-    %(lease_seconds)s, %(dead_letter_queue)s)
+    %(lease_seconds)s, %(dead_letter_queue)s, %(retention_completed_ttl_seconds)s,
+    %(retention_failed_ttl_seconds)s)
 ON CONFLICT (name) DO UPDATE SET
     concurrency = coalesce(excluded.concurrency, q.concurrency),
     max_attempts = coalesce(excluded.max_attempts, q.max_attempts),
@@ -35,6 +36,10 @@ ON CONFLICT (name) DO UPDATE SET
     timeout_seconds = coalesce(excluded.timeout_seconds, q.timeout_seconds),
     lease_seconds = coalesce(excluded.lease_seconds, q.lease_seconds),
     dead_letter_queue = coalesce(excluded.dead_letter_queue, q.dead_letter_queue),
+    retention_completed_ttl_seconds =
+        coalesce(excluded.retention_completed_ttl_seconds, q.retention_completed_ttl_seconds),
+    retention_failed_ttl_seconds =
+        coalesce(excluded.retention_failed_ttl_seconds, q.retention_failed_ttl_seconds),
     updated_at = now();
 
 -- name: register_worker
@@ -237,10 +242,14 @@ WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active';
 -- name: release_jobs
 -- Abort: jobs still running go back to pending at once, without spending the
 -- attempt, so nothing waits for a lease to lapse after a deploy. Fenced, so
--- the handlers' late results are refused.
+-- the handlers' late results are refused. The job is eligible again from
+-- now: start_after says so, so the next attempt's start latency (metrics,
+-- the dashboard's chart) is measured from the release, not from the first
+-- start_after, which would count the aborted run as waiting.
 UPDATE {schema}.job AS j
 SET status = 'pending',
     attempt = greatest(j.attempt - 1, 0),
+    start_after = greatest(j.start_after, now()),
     started_at = NULL,
     lease_expires_at = NULL,
     worker_id = NULL

@@ -32,6 +32,9 @@ OPTION_NAMES = {
     "retry.max_attempts": "--max-attempts", "retry.delay_seconds": "--retry-delay",
     "retry.backoff": "--backoff", "expire_in_seconds": "--expire-in",
     "timeout_seconds": "--timeout", "retention": "--retention-ttl",
+    "retention.ttl_seconds": "--retention-ttl",
+    "retention.completed_ttl_seconds": "--retention-completed-ttl",
+    "retention.failed_ttl_seconds": "--retention-failed-ttl",
     "idempotency_key": "--idempotency-key", "singleton_key": "--singleton-key",
     "group_id": "--group-id", "preferred_instance_key_pattern": "--preferred-instance-key-pattern",
     "instance_key": "--instance-key",
@@ -83,6 +86,13 @@ def add_command(
         show_default=False)] = None,
     retention_ttl: Annotated[int | None, typer.Option(
         "--retention-ttl", help="Keep the finished job N seconds.", show_default=False)] = None,
+    retention_completed_ttl: Annotated[int | None, typer.Option(
+        "--retention-completed-ttl", help="Keep the job N seconds if it completes.",
+        show_default=False)] = None,
+    retention_failed_ttl: Annotated[int | None, typer.Option(
+        "--retention-failed-ttl",
+        help="Keep the job N seconds if it fails, is cancelled or expires.",
+        show_default=False)] = None,
     idempotency_key: Annotated[str | None, typer.Option(
         "--idempotency-key", help="First writer wins, forever.", show_default=False)] = None,
     singleton_key: Annotated[str | None, typer.Option(
@@ -126,7 +136,7 @@ def add_command(
     given = {
         "schedule": schedule, "priority": priority, "retry": retry,
         "expire_in_seconds": expire_in, "timeout_seconds": timeout,
-        "retention": None if retention_ttl is None else {"ttl_seconds": retention_ttl},
+        "retention": _retention(retention_ttl, retention_completed_ttl, retention_failed_ttl),
         "idempotency_key": idempotency_key, "singleton_key": singleton_key,
         "group_id": group_id, "preferred_instance_key_pattern": pattern,
     }
@@ -303,3 +313,11 @@ def _add_batch(session: Session, queue: str, batch: list[dict[str, Any]], number
         inner = InvalidArgument(exc.argument[match.end():] or "entry",
                                 str(exc)[len(exc.argument) + 2:])
         fail(EXIT_USAGE, f"--file line {line}: {inner}")
+
+
+def _retention(ttl: int | None, completed: int | None,
+               failed: int | None) -> dict[str, int] | None:
+    """The add's retention from its three flags; None when none is given."""
+    given = {"ttl_seconds": ttl, "completed_ttl_seconds": completed,
+             "failed_ttl_seconds": failed}
+    return {key: value for key, value in given.items() if value is not None} or None

@@ -86,6 +86,19 @@ def prune_command(
         "--default-retention-seconds", min=0,
         help="Retention of finished jobs whose job and queue set none; match your "
         "clients' default_retention_seconds.")] = 7 * 24 * 3600,
+    completed_seconds: Annotated[int | None, typer.Option(
+        "--default-completed-retention-seconds", min=0, show_default=False,
+        help="Retention of completed jobs whose job and queue set none; match your "
+        "clients' default_retention completed_ttl_seconds.")] = None,
+    failed_seconds: Annotated[int | None, typer.Option(
+        "--default-failed-retention-seconds", min=0, show_default=False,
+        help="The same for failed, cancelled and expired jobs (failed_ttl_seconds).")] = None,
+    keep_completed: Annotated[int | None, typer.Option(
+        "--default-keep-completed", min=0, show_default=False,
+        help="Keep at most N completed jobs in each queue that sets no cap.")] = None,
+    keep_failed: Annotated[int | None, typer.Option(
+        "--default-keep-failed", min=0, show_default=False,
+        help="Keep at most N failed jobs in each queue that sets no cap.")] = None,
     as_json: JsonOption = False,
 ) -> None:
     """Run one maintenance pass now and print what it did.
@@ -120,7 +133,10 @@ def prune_command(
 
         try:
             counts = run_pass(dsn, schema=schema, default_retention_seconds=retention_seconds,
-                              on_service=on_service)
+                              on_service=on_service, default_retention={
+                                  "completed_ttl_seconds": completed_seconds,
+                                  "failed_ttl_seconds": failed_seconds,
+                                  "keep_completed": keep_completed, "keep_failed": keep_failed})
         except InvalidArgument as exc:
             fail(EXIT_USAGE, str(exc))
         except psycopg.Error as exc:

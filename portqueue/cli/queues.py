@@ -26,7 +26,7 @@ from portqueue.cli.output import (
     when,
 )
 from portqueue.cli.session import Session, open_session
-from portqueue.types import JobStatus, PauseMode, QueueInfo, QueueStats
+from portqueue.types import FOREVER, JobStatus, PauseMode, QueueInfo, QueueStats, Retention
 from portqueue.validation import MAX_PAGE
 
 QueueArgument = Annotated[str, typer.Argument(help="The queue.", show_default=False)]
@@ -103,17 +103,33 @@ def queues_command(
     table = new_table("queue", "paused", "concurrency", "max attempts", "timeout", "lease",
                       "retention", "dead letter", "created")
     for info in page.items:
-        ttl = info.retention.ttl_seconds
         table.add_row(info.queue, _paused(info), _text(info.concurrency),
                       _text(info.retry.max_attempts if info.retry else None),
                       _text(info.timeout_seconds), _text(info.lease_seconds),
-                      "-" if ttl is None else f"{ttl}s", info.dead_letter_queue or "-",
+                      _retention(info.retention), info.dead_letter_queue or "-",
                       when(info.created_at))
     print_table(table, f"{len(page.items)} of {page.total} queue(s)")
 
 
 def _text(value: object) -> str:
     return "-" if value is None else str(value)
+
+
+def _retention(retention: Retention) -> str:
+    """The queue's retention in a cell: "60s", "completed 60s, failed forever, keep 100 failed"."""
+    def age(seconds: int) -> str:
+        return "forever" if seconds == FOREVER else f"{seconds}s"
+
+    parts = [] if retention.ttl_seconds is None else [age(retention.ttl_seconds)]
+    for outcome, seconds in (("completed", retention.completed_ttl_seconds),
+                             ("failed", retention.failed_ttl_seconds)):
+        if seconds is not None:
+            parts.append(f"{outcome} {age(seconds)}")
+    for outcome, keep in (("completed", retention.keep_completed),
+                          ("failed", retention.keep_failed)):
+        if keep is not None:
+            parts.append(f"keep all {outcome}" if keep == FOREVER else f"keep {keep} {outcome}")
+    return ", ".join(parts) or "-"
 
 
 @app.command("schedules")

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from portqueue.dashboard.notices import notice_for
-from portqueue.types import JobStatus
+from portqueue.types import FOREVER, JobStatus
 
 PREVIEW_CHARS = 120
 
@@ -81,6 +81,11 @@ def link(request: Request, path: str, **params: Any) -> str:
     return str(request.scope.get("root_path", "")) + url(path, **params)
 
 
+def retention(seconds: int | None) -> str:
+    """A retention ttl: FOREVER by name, else as a duration."""
+    return "forever" if seconds == FOREVER else duration(seconds)
+
+
 def clip(text: str | None, limit: int) -> str:
     """``text`` cut to ``limit`` characters for a list (its own page shows it whole)."""
     if text is None:
@@ -90,7 +95,7 @@ def clip(text: str | None, limit: int) -> str:
 
 _environment.filters.update(
     clip=clip, pretty_json=pretty_json, preview_json=preview_json, timestamp=timestamp,
-    duration=duration)
+    duration=duration, retention=retention)
 _environment.globals.update(statuses=list(JobStatus))
 
 

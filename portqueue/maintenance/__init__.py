@@ -11,12 +11,13 @@ a transaction-scoped advisory lock, so only one process acts at a time.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, Settings, client_settings
+from portqueue.types import Retention
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 
@@ -65,20 +66,22 @@ def run_pass(
     schema: str = "portqueue",
     default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
     on_service: Callable[[str], None] | None = None,
+    default_retention: Retention | Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
     """Run one pass of every maintenance service; returns how many rows each handled.
 
     Keys: ``rescuer`` (lapsed leases rescued), ``expirer`` (jobs expired),
     ``pruner`` (finished jobs deleted), ``reaper`` (dead worker rows deleted).
-    ``default_retention_seconds`` (default 7 days) should match the workers'
-    clients. A service another process is running right now is skipped (it
-    reports 0): that process is doing the same work. Blocks; not for use
+    ``default_retention_seconds`` (default 7 days) and ``default_retention``
+    (per-outcome ttls and count caps) should match the workers' clients. A
+    service another process is running right now is skipped (it reports 0):
+    that process is doing the same work. Blocks; not for use
     inside a running event loop (await ``run_pass_async`` there).
     ``on_service(name)`` is called as each service starts (the CLI's progress bar).
     """
     return asyncio.run(run_pass_async(
         dsn, schema=schema, default_retention_seconds=default_retention_seconds,
-        on_service=on_service))
+        on_service=on_service, default_retention=default_retention))
 
 
 async def run_pass_async(
@@ -87,6 +90,7 @@ async def run_pass_async(
     schema: str = "portqueue",
     default_retention_seconds: int = DEFAULT_RETENTION_SECONDS,
     on_service: Callable[[str], None] | None = None,
+    default_retention: Retention | Mapping[str, Any] | None = None,
 ) -> dict[str, int]:
     """``run_pass`` for asyncio code."""
     # poll_only: a pass listens to nothing, and without server-side prepared
@@ -95,7 +99,8 @@ async def run_pass_async(
     settings = client_settings(
         dsn, schema=schema, instance_key=None, max_payload_bytes=DEFAULT_MAX_PAYLOAD_BYTES,
         pool_min_size=1, pool_max_size=1, poll_only=True, application_name="portqueue",
-        default_retention_seconds=default_retention_seconds)
+        default_retention_seconds=default_retention_seconds,
+        default_retention=default_retention)
     async with AsyncConnectionPool(
             dsn, min_size=1, max_size=1, open=False, name="portqueue:maintenance",
             kwargs=settings.connection_kwargs("maintenance")) as pool:

@@ -4,11 +4,15 @@ Runs in every worker; a transaction-scoped advisory lock lets one act at a
 time. Bounded batches keyed on id, a statement timeout, jittered interval.
 
 Retention of a finished job (completed, failed, cancelled, expired):
-- by age: ``retention_ttl_seconds`` of the job, else of its queue, else the
-  client's ``default_retention_seconds`` (7 days); a ttl of 0 deletes the job
-  on the first pass after it finished;
+- by age: the job's ttl for its outcome (``retention_completed_ttl_seconds``
+  for completed jobs, ``retention_failed_ttl_seconds`` for the others), else
+  its ``retention_ttl_seconds``, else its queue's two likewise, else the
+  client's ``default_retention`` per outcome, else its
+  ``default_retention_seconds`` (7 days); a ttl of 0 deletes the job on the
+  first pass after it finished, ``FOREVER`` never;
 - by count: a queue's ``retention_keep_completed`` / ``retention_keep_failed``
-  keep only its newest N completed / failed jobs (by ``finished_at``).
+  (else the client's ``default_retention`` caps) keep only its newest N
+  completed / failed jobs (by ``finished_at``).
 Whichever rule comes first deletes the job, except that two kinds of job are
 kept past it (docs/retention.md): the source of a dead-letter copy, while
 the copy exists, and a job someone waits for (``wait_for_job``,
@@ -29,6 +33,7 @@ import psycopg
 from portqueue.driver import execute_async
 from portqueue.maintenance.service import Service
 from portqueue.queries import Query
+from portqueue.types import FOREVER
 
 
 class Pruner(Service):
@@ -50,8 +55,13 @@ class Pruner(Service):
         async with self.transaction() as conn:
             if not await self.begin(conn):
                 return total
+            defaults = self.settings.default_retention
             work = await execute_async(conn, self.q(
-                "prune_work", default_ttl_seconds=self.settings.default_retention_seconds))
+                "prune_work", default_ttl_seconds=self.settings.default_retention_seconds,
+                default_completed_ttl_seconds=defaults.completed_ttl_seconds,
+                default_failed_ttl_seconds=defaults.failed_ttl_seconds,
+                default_keep_completed=defaults.keep_completed,
+                default_keep_failed=defaults.keep_failed, forever=FOREVER))
         for item in work:
             # Each batch starts after the last row the previous one looked at.
             after: dict[str, Any] = {"after_finished_at": None, "after_id": None}
@@ -80,8 +90,12 @@ class Pruner(Service):
                   **after}
         if item["rule"] == "own_ttl":
             return self.q("prune_by_own_ttl", ttl=item["ttl"], **shared)
+        if item["rule"] == "own_completed_ttl":
+            return self.q("prune_by_own_completed_ttl", ttl=item["ttl"], **shared)
+        if item["rule"] == "own_failed_ttl":
+            return self.q("prune_by_own_failed_ttl", ttl=item["ttl"], **shared)
         if item["rule"] == "queue_ttl":
             return self.q("prune_by_queue_ttl", queue=item["queue"], status=item["status"],
                           ttl=item["ttl"], **shared)
         return self.q("prune_by_count", queue=item["queue"], status=item["status"],
-                      keep=item["keep"], **shared)
+                      keep=item["keep"], forever=FOREVER, **shared)

@@ -64,7 +64,8 @@ def _seconds(later: datetime | None, earlier: datetime | None) -> float | None:
 def start_latency(snapshot: JobSnapshot) -> float | None:
     """Commit-to-start of the attempt that just started: from when it became
     eligible to ``started_at``. Eligible is the latest of ``created_at``,
-    ``start_after`` (a delayed job, a retry's backoff, a re-armed job) and the
+    ``start_after`` (a delayed job, a retry's backoff, a re-armed job, a job an
+    aborting worker released: the release moves it) and the
     ``at`` of the newest error recorded before the start: a rescued job went
     back to pending then, and its earlier attempt's run and lapsed lease are
     not this attempt's wait. (An error after the start is this attempt's own.)"""

@@ -63,6 +63,8 @@ class QueueSpec:
             "timeout_seconds": self.timeout_seconds,
             "lease_seconds": self.lease_seconds,
             "dead_letter_queue": self.dead_letter_queue,
+            "retention_completed_ttl_seconds": retention.completed_ttl_seconds,
+            "retention_failed_ttl_seconds": retention.failed_ttl_seconds,
         }
 
 

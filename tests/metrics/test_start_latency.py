@@ -6,9 +6,6 @@ in-process worker rescues the job and runs it again."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -17,64 +14,35 @@ import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 
-from portqueue import PortQueue
-from portqueue.metrics import instrument
 from portqueue.metrics.prometheus import start_latency
-from tests.migrations.conftest import cli_command, cli_env
+from tests.metrics.latency import (
+    LEASE_SECONDS,
+    add_job_for_a_second_worker,
+    latency_sample,
+    registry_fixture,  # noqa: F401 (the registry fixture)
+    seconds,
+    stall_worker,
+)
 from tests.support.rows import job_row
 from tests.support.snapshots import snapshot
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness, finished_row, row_where
 
-ROOT = Path(__file__).resolve().parents[2]
-QUEUE = "m-stall"  # as in tests/metrics/stall_app.py
-LEASE_SECONDS = 2
 Db = psycopg.Connection[Any]
-
-
-@pytest.fixture
-def registry(pq: PortQueue) -> Iterator[CollectorRegistry]:
-    registry = CollectorRegistry()
-    metrics = instrument(pq, registry=registry, cache_seconds=0)
-    try:
-        yield registry
-    finally:
-        metrics.close()
 
 
 def killed_mid_run(pg_dsn: str, schema: str, db: Db, job_id: str, log: Path) -> None:
     """A worker process claims ``job_id`` and is killed while running it."""
-    with log.open("w") as output:
-        worker = subprocess.Popen(
-            [*cli_command(), "worker", "tests.metrics.stall_app:pq", "--no-scheduler",
-             "--no-maintenance", "--poll-interval", "0.2"],
-            cwd=ROOT, env=cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema,
-                                  PYTHONPATH=str(ROOT)),
-            stdout=output, stderr=subprocess.STDOUT)
-        try:
-            wait_until(lambda: row_where(db, schema, job_id, "status = 'active'"), timeout=60,
-                       what=f"the worker process to claim the job ({log})")
-        finally:
-            worker.send_signal(signal.SIGKILL)
-            worker.wait(timeout=30)
-
-
-def seconds(later: datetime, earlier: datetime) -> float:
-    return (later - earlier).total_seconds()
+    with stall_worker(pg_dsn, schema, log):
+        wait_until(lambda: row_where(db, schema, job_id, "status = 'active'"), timeout=60,
+                   what=f"the worker process to claim the job ({log})")
 
 
 def test_a_rescued_attempt_waits_from_its_rescue_not_from_its_add(
     harness: SyncHarness, registry: CollectorRegistry, pg_dsn: str, schema: str, db: Db,
     tmp_path: Path,
 ) -> None:
-    pq = harness.pq
-
-    @pq.handler(QUEUE, lease_seconds=LEASE_SECONDS, retry={"max_attempts": 2})
-    def finish(job: Any) -> str:
-        return "finished by the second worker"
-
-    job_id = pq.add_job(queue=QUEUE, data={}).job_id
-    assert job_id
+    job_id = add_job_for_a_second_worker(harness.pq)
     killed_mid_run(pg_dsn, schema, db, job_id, tmp_path / "killed-worker.log")
 
     # This process's rescuer takes the lapsed lease back, its worker runs it.
@@ -85,15 +53,12 @@ def test_a_rescued_attempt_waits_from_its_rescue_not_from_its_add(
     (rescue,) = row["errors"]
     assert rescue["type"] == "LeaseExpired" and rescue["attempt"] == 1
 
-    def sample(suffix: str) -> float | None:
-        return registry.get_sample_value(f"portqueue_job_start_latency_seconds_{suffix}",
-                                         {"queue": QUEUE})
-
-    wait_until(lambda: sample("count") == 1, what="the second attempt's start latency")
+    wait_until(lambda: latency_sample(registry, "count") == 1,
+               what="the second attempt's start latency")
     row = job_row(db, schema, job_id)
     rescued_at = datetime.fromisoformat(rescue["at"])
     expected = seconds(row["started_at"], rescued_at)
-    latency = sample("sum")
+    latency = latency_sample(registry, "sum")
     assert latency == pytest.approx(expected, abs=1e-3)
     # The scenario tells the two apart: from the add, the first run and the
     # lapsed lease would be counted too.
