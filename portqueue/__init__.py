@@ -20,6 +20,7 @@ from portqueue.types import (
     CancelOutcome,
     CancelResult,
     CronSpec,
+    Debounce,
     DeduplicationReason,
     JobSnapshot,
     JobStatus,
@@ -27,10 +28,12 @@ from portqueue.types import (
     PauseMode,
     QueueInfo,
     QueueStats,
+    RateLimit,
     Retention,
     RetryPolicy,
     Schedule,
     ScheduleInfo,
+    Throttle,
 )
 
 __all__ = [
@@ -62,4 +65,8 @@ __all__ = [
     "Schedule",
     "ScheduleInfo",
     "SchemaNotMigrated",
+    # flow control (SPEC §8)
+    "Debounce",
+    "RateLimit",
+    "Throttle",
 ]

@@ -118,7 +118,8 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          {queue_limit_columns};
 
 -- name: resume_queue
 INSERT INTO {schema}.queue AS q (name)
@@ -129,7 +130,8 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue;
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          {queue_limit_columns};
 
 -- name: remove_queue
 -- Removes a queue with no unfinished job: its row, its schedules (else they
@@ -165,3 +167,34 @@ removed_queue AS (
 SELECT EXISTS (SELECT FROM target) AS found,
        (SELECT jobs FROM unfinished) AS unfinished,
        (SELECT count(*) FROM removed_queue) AS removed;
+
+-- name: set_queue_limits
+-- Flow-control limits (SPEC §8), created with the queue's row if need be.
+-- Each limit is written only when its set_* flag is true (a NULL value then
+-- removes it); the others keep their stored value. Also what a worker writes
+-- at start for the limits its code declares, and only those.
+INSERT INTO {schema}.queue AS q (
+    name, global_concurrency, partition_concurrency, rate_limit, rate_limit_period_seconds,
+    rate_limit_per_partition)
+VALUES (%(queue)s, %(global_concurrency)s, %(partition_concurrency)s, %(rate_limit)s,
+        %(rate_limit_period_seconds)s, %(rate_limit_per_partition)s)
+ON CONFLICT (name) DO UPDATE SET
+    global_concurrency = CASE WHEN %(set_global_concurrency)s
+                              THEN excluded.global_concurrency ELSE q.global_concurrency END,
+    partition_concurrency = CASE WHEN %(set_partition_concurrency)s
+                                 THEN excluded.partition_concurrency
+                                 ELSE q.partition_concurrency END,
+    rate_limit = CASE WHEN %(set_rate_limit)s THEN excluded.rate_limit ELSE q.rate_limit END,
+    rate_limit_period_seconds = CASE WHEN %(set_rate_limit)s
+                                     THEN excluded.rate_limit_period_seconds
+                                     ELSE q.rate_limit_period_seconds END,
+    rate_limit_per_partition = CASE WHEN %(set_rate_limit)s
+                                    THEN excluded.rate_limit_per_partition
+                                    ELSE q.rate_limit_per_partition END,
+    updated_at = now()
+RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          {queue_limit_columns};
