@@ -383,8 +383,11 @@ inserted AS (
     ON CONFLICT (queue, debounce_key) WHERE debounce_key IS NOT NULL AND status = 'pending'
     DO UPDATE SET
         data = excluded.data,
-        start_after = least(excluded.start_after,
-                            j.created_at + make_interval(secs => %(debounce_max_wait_seconds)s))
+        -- greatest: an add whose transaction began earlier (an earlier now())
+        -- but commits later does not bring the start forward again.
+        start_after = greatest(j.start_after, least(
+            excluded.start_after,
+            j.created_at + make_interval(secs => %(debounce_max_wait_seconds)s)))
     RETURNING j.id, j.status, j.start_after, j.created_at
 )
 SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after, created_at

@@ -73,6 +73,8 @@ SCENARIOS: dict[str, Scenario] = {
     "get_schedules": lambda c, q: (_schedule(c, q), c.get_schedules(queue=q))[1],
     "wait_for_job": lambda c, q: c.wait_for_job(job_id=_cancelled(c, q), timeout_seconds=5),
     "add_job_and_wait": _add_and_wait,
+    "set_queue_limits": lambda c, q: c.set_queue_limits(
+        queue=q, global_concurrency=3, rate_limit={"limit": 10, "period_seconds": 60}),
 }
 # Public coroutine methods tested elsewhere on both clients: the worker's
 # lifecycle (tests/integration/test_worker_*.py, ``harness`` and ``aharness``)
