@@ -249,6 +249,20 @@ class QueueInfo:
     partition_concurrency: int | None = None
     rate_limit: RateLimit | None = None
 
+    def limits_text(self) -> str:
+        """The flow-control limits in a few words, as the CLI and dashboard show
+        them ("global 20, per key 1, 100/60s"); "-" when there are none."""
+        parts = []
+        if self.global_concurrency is not None:
+            parts.append(f"global {self.global_concurrency}")
+        if self.partition_concurrency is not None:
+            parts.append(f"per key {self.partition_concurrency}")
+        if self.rate_limit is not None:
+            rate = self.rate_limit
+            parts.append(f"{rate.limit}/{rate.period_seconds}s"
+                         + (" per key" if rate.per_partition else ""))
+        return ", ".join(parts) or "-"
+
 
 @dataclass(frozen=True)
 class ScheduleInfo:
