@@ -140,7 +140,15 @@ class Fetcher:
             # A queue that filled its free slots may have more waiting: it is
             # claimed again as soon as a slot of it frees, not at the next
             # NOTIFY or poll, whatever the other queues returned.
-            demand.claimed(asked, Counter(row.queue for row in rows))
+            claimed = Counter(row.queue for row in rows)
+            if not self._settings.poll_only:
+                # A limited queue is claimed again when a slot frees in the
+                # database (the completion's NOTIFY), not when a handler here
+                # returns: until its outcome commits, the job still counts.
+                for name in asked:
+                    if self._limits.limited(name):
+                        claimed[name] = min(claimed[name], asked[name] - 1)
+            demand.claimed(asked, claimed)
 
     async def _refresh_limits(self) -> None:
         conn = await self.connect()

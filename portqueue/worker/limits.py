@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 
 from portqueue import worker_operations as ops
-from portqueue.driver import execute_async, fetch_async
+from portqueue.driver import execute_async
 from portqueue.queries import Queries
 from portqueue.worker.demand import Demand
 from portqueue.worker.state import Claimed
@@ -58,11 +58,18 @@ class Limits:
                     lease_seconds: int, patterns: Mapping[str, Sequence[str]],
                     worker_id: str) -> list[Claimed]:
         """Claim up to ``slots`` of ``queue`` within its limits, in one transaction."""
-        async with conn.transaction():
-            await execute_async(conn, ops.lock_limited_queue(self._q, queue))
-            rows = await fetch_async(conn, ops.claim_limited(
-                self._q, queue=queue, slots=slots, lease_seconds=lease_seconds,
-                worker_id=worker_id, **patterns), Claimed.rows)
+        # Pipelined: BEGIN, the lock, the claim and COMMIT go in one round
+        # trip. The server still runs them in turn, so the claim's snapshot is
+        # taken once the lock is held.
+        lock = ops.lock_limited_queue(self._q, queue)
+        claim = ops.claim_limited(self._q, queue=queue, slots=slots,
+                                  lease_seconds=lease_seconds, worker_id=worker_id, **patterns)
+        async with conn.pipeline() as pipeline, conn.transaction():
+            await conn.execute(lock.sql, lock.params)
+            cursor = conn.cursor(row_factory=Claimed.rows)
+            await cursor.execute(claim.sql, claim.params)
+            await pipeline.sync()  # the rows, before COMMIT is sent
+            rows = await cursor.fetchall()
         claimed = []
         for row in rows:
             if row.status == ops.RATE_LIMITED:
