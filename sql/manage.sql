@@ -192,9 +192,13 @@ ON CONFLICT (name) DO UPDATE SET
                                     THEN excluded.rate_limit_per_partition
                                     ELSE q.rate_limit_per_partition END,
     updated_at = now()
-RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+RETURNING {queue_info_columns};
+
+-- fragment: queue_info_columns
+-- A queue's row as QueueInfo reads it (operations.queue_info).
+q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
           q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-          {queue_limit_columns};
+          {queue_limit_columns}

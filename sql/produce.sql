@@ -352,11 +352,7 @@ inserted AS (
     WHERE d.paused IS DISTINCT FROM 'all' AND e.id IN (SELECT job_id FROM throttled)
     RETURNING j.id, j.status, j.start_after, j.created_at
 )
-SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after, created_at
-FROM inserted
-UNION ALL
-SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz
-FROM defaults WHERE paused = 'all';
+{one_added_or_paused};
 
 -- name: find_throttled
 -- The job a throttle key's open window let through; status NULL if it was
@@ -390,8 +386,13 @@ inserted AS (
             j.created_at + make_interval(secs => %(debounce_max_wait_seconds)s)))
     RETURNING j.id, j.status, j.start_after, j.created_at
 )
+{one_added_or_paused};
+
+-- fragment: one_added_or_paused
+-- The result of add_throttled_job and add_debounced_job: the row inserted (or
+-- updated), or 'paused' for a queue that takes no adds.
 SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after, created_at
 FROM inserted
 UNION ALL
 SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz
-FROM defaults WHERE paused = 'all';
+FROM defaults WHERE paused = 'all'

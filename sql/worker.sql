@@ -105,14 +105,7 @@ claimable AS (
 ),
 claimed AS (
     UPDATE {schema}.job AS j
-    SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
-        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-        finished_at = CASE WHEN c.expired THEN now() END,
-        lease_token = coalesce(j.lease_token, 0) + 1,
-        lease_expires_at = CASE WHEN c.expired THEN NULL
-                                ELSE now() + make_interval(secs => c.lease_seconds) END,
-        worker_id = %(worker_id)s
+    SET {claim_set}
     FROM candidates AS c
     -- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
     -- guesses a tenth of the backlog, then joins back to job with a hash or
@@ -123,12 +116,7 @@ claimed AS (
     -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
     -- ids and data on as they come, and decoding them per row into objects it
     -- does not need is most of what reading a claim costs.
-    RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
-              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
-              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
-              j.backoff_max_delay_seconds, j.backoff_jitter,
-              j.cancel_requested_at IS NOT NULL AS cancel_requested,
-              j.attrs ->> 'traceparent' AS traceparent
+    RETURNING {claimed_columns}
 )
 SELECT * FROM claimed
 UNION ALL
@@ -379,7 +367,8 @@ keyed AS (
     CROSS JOIN LATERAL (
         SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
                (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern
+               j.preferred_instance_key_pattern AS pattern,
+               %(lease_seconds)s::integer AS lease_seconds
         FROM {schema}.job AS j
         WHERE j.queue = %(queue)s AND j.status = 'pending'
           AND j.partition_key = k.partition_key AND j.start_after <= now()
@@ -404,7 +393,8 @@ keyed AS (
 unkeyed AS (
     SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
            (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-           j.preferred_instance_key_pattern AS pattern
+           j.preferred_instance_key_pattern AS pattern,
+           %(lease_seconds)s::integer AS lease_seconds
     FROM {schema}.job AS j
     WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= now()
       AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
@@ -427,23 +417,11 @@ claimable AS (
 ),
 claimed AS (
     UPDATE {schema}.job AS j
-    SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
-        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-        finished_at = CASE WHEN c.expired THEN now() END,
-        lease_token = coalesce(j.lease_token, 0) + 1,
-        lease_expires_at = CASE WHEN c.expired THEN NULL
-                                ELSE now() + make_interval(secs => %(lease_seconds)s) END,
-        worker_id = %(worker_id)s,
+    SET {claim_set},
         limited = true
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
-    RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
-              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
-              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
-              j.backoff_max_delay_seconds, j.backoff_jitter,
-              j.cancel_requested_at IS NOT NULL AS cancel_requested,
-              j.attrs ->> 'traceparent' AS traceparent, j.partition_key
+    RETURNING {claimed_columns}, j.partition_key
 ),
 -- The starts of a rate-limited queue, one row per key (or one for the whole
 -- queue) and claim; rows out of the window are deleted by the claim that
@@ -485,3 +463,24 @@ SELECT NULL, %(queue)s, 'rate_limited',
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
   AND (SELECT count(*) FROM claimed) < %(slots)s;
+
+-- fragment: claim_set
+-- The SET of a claim's UPDATE, from its candidates (alias c: expired,
+-- lease_seconds). Shared by claim and claim_limited.
+status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
+        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
+        finished_at = CASE WHEN c.expired THEN now() END,
+        lease_token = coalesce(j.lease_token, 0) + 1,
+        lease_expires_at = CASE WHEN c.expired THEN NULL
+                                ELSE now() + make_interval(secs => c.lease_seconds) END,
+        worker_id = %(worker_id)s
+
+-- fragment: claimed_columns
+-- What a claim returns per job (see claim). Shared by claim and claim_limited.
+j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
+              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
+              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+              j.backoff_max_delay_seconds, j.backoff_jitter,
+              j.cancel_requested_at IS NOT NULL AS cancel_requested,
+              j.attrs ->> 'traceparent' AS traceparent
