@@ -24,6 +24,7 @@ from portqueue.types import (
     CancelOutcome,
     CancelResult,
     CronSpec,
+    Debounce,
     DeduplicationReason,
     DrainResult,
     FetchedJob,
@@ -33,10 +34,12 @@ from portqueue.types import (
     PauseMode,
     QueueInfo,
     QueueStats,
+    RateLimit,
     Retention,
     RetryPolicy,
     Schedule,
     ScheduleInfo,
+    Throttle,
 )
 from portqueue.worker.job import AsyncJob, Job
 
@@ -53,6 +56,7 @@ __all__ = [
     "CancelResult",
     "CronSpec",
     "DatabaseUnavailable",
+    "Debounce",
     "DeduplicationReason",
     "DrainResult",
     "FetchedJob",
@@ -70,8 +74,9 @@ __all__ = [
     "PortQueueError",
     "QueueInfo",
     "QueueNotEmpty",
-    "QueueStats",
     "QueuePausedError",
+    "QueueStats",
+    "RateLimit",
     "Retention",
     "RetryPolicy",
     "Schedule",
@@ -79,4 +84,5 @@ __all__ = [
     "SchemaNotMigrated",
     "Snooze",
     "Task",
+    "Throttle",
 ]

@@ -42,6 +42,7 @@ from portqueue.types import (
     CancelCounts,
     CancelOutcome,
     CancelResult,
+    Debounce,
     DrainResult,
     FetchedJob,
     JobSnapshot,
@@ -50,10 +51,12 @@ from portqueue.types import (
     PauseMode,
     QueueInfo,
     QueueStats,
+    RateLimit,
     Retention,
     RetryPolicy,
     Schedule,
     ScheduleInfo,
+    Throttle,
 )
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PAGE, batch_tx
 from portqueue.worker.host import AsyncWorkerHost
@@ -269,6 +272,9 @@ class AsyncPortQueue:
         idempotency_key: str | None = None,
         singleton_key: str | None = None,
         group_id: str | None = None,
+        partition_key: str | None = None,
+        throttle: Throttle | Mapping[str, Any] | None = None,
+        debounce: Debounce | Mapping[str, Any] | None = None,
         tx: object = None,
     ) -> AddJobResult:
         """Add one job to ``queue`` (created on first use), or a recurring schedule.
@@ -289,6 +295,14 @@ class AsyncPortQueue:
         compile and match in PostgreSQL within 100 ms (checked in a savepoint
         first; a refusal leaves ``tx`` usable). Raises ``QueuePausedError`` when
         the queue is paused with ``PauseMode.ALL``.
+
+        Flow control (docs/flow-control.md): ``partition_key`` (at most 256
+        characters) is what the queue's ``partition_concurrency`` and per-partition
+        ``rate_limit`` count by. ``throttle`` (``Throttle``) creates at most one job
+        per key and window, returning it (``deduplication_reason="THROTTLE"``) to
+        the window's later adds; ``debounce`` (``Debounce``) keeps one pending job
+        per key, each add replacing its data and moving its start (``"DEBOUNCE"``).
+        Neither combines with ``idempotency_key``, ``singleton_key`` or ``schedule``.
         """
         options = {
             "queue": queue, "data": data, "schedule": schedule, "priority": priority,
@@ -297,6 +311,7 @@ class AsyncPortQueue:
             "preferred_instance_key_pattern": preferred_instance_key_pattern,
             "idempotency_key": idempotency_key, "singleton_key": singleton_key,
             "group_id": group_id,
+            "partition_key": partition_key, "throttle": throttle, "debounce": debounce,
         }
         with hooks.adding(queue, self._settings.dsn) as scope:  # the add span and counter
             result = await self._run(
@@ -439,6 +454,24 @@ class AsyncPortQueue:
         operation = operations.redrive(self._settings, queue, limit, self._registry.add_defaults)
         return await self._run(operation, tx, atomic=True)
 
+    async def set_queue_limits(
+        self,
+        *,
+        queue: str,
+        global_concurrency: int | None = operations.UNSET,
+        partition_concurrency: int | None = operations.UNSET,
+        rate_limit: RateLimit | Mapping[str, Any] | None = operations.UNSET,
+        tx: object = None,
+    ) -> QueueInfo:
+        """Change ``queue``'s flow-control limits at run time (its row is created if
+        need be); every worker picks the change up within about a second.
+
+        Only the limits named change: ``None`` removes one, a limit not passed
+        keeps its stored value. Returns the queue as stored."""
+        operation = operations.set_limits(self._settings, queue, global_concurrency,
+                                          partition_concurrency, rate_limit)
+        return await self._run(operation, tx)
+
     # --- reading ---
 
     async def get_job(self, *, job_id: str, tx: object = None) -> JobSnapshot | None:
@@ -542,6 +575,9 @@ class AsyncPortQueue:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         dead_letter_queue: str | None = None,
         dont_autoretry_for: Sequence[type[BaseException]] = (),
+        global_concurrency: int | None = None,
+        partition_concurrency: int | None = None,
+        rate_limit: RateLimit | Mapping[str, Any] | None = None,
     ) -> Callable[[H], H]:
         """Decorator: make the function the handler of ``queue``; see ``create_queue``."""
 
@@ -551,6 +587,8 @@ class AsyncPortQueue:
                 retention=retention, expire_in_seconds=expire_in_seconds,
                 timeout_seconds=timeout_seconds, lease_seconds=lease_seconds,
                 dead_letter_queue=dead_letter_queue, dont_autoretry_for=dont_autoretry_for,
+                global_concurrency=global_concurrency,
+                partition_concurrency=partition_concurrency, rate_limit=rate_limit,
             )
             return function
 
@@ -569,6 +607,9 @@ class AsyncPortQueue:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         dead_letter_queue: str | None = None,
         dont_autoretry_for: Sequence[type[BaseException]] = (),
+        global_concurrency: int | None = None,
+        partition_concurrency: int | None = None,
+        rate_limit: RateLimit | Mapping[str, Any] | None = None,
     ) -> None:
         """Process ``queue`` in this client's workers with ``handler`` (sync or async).
 
@@ -581,12 +622,20 @@ class AsyncPortQueue:
         running job survives without a heartbeat before it is rescued.
         ``dead_letter_queue`` receives a copy of each job that ends failed.
         Exceptions in ``dont_autoretry_for`` fail the job without retrying.
+
+        Flow control across every worker (docs/flow-control.md):
+        ``global_concurrency`` bounds the queue's active jobs, ``partition_concurrency``
+        those of each ``partition_key``, ``rate_limit`` (``RateLimit``) its starts per
+        window. A worker's start writes the limits declared here and leaves the
+        others as stored (``set_queue_limits``).
         """
         self._registry.add_queue(queue_spec(
             queue=queue, handler=handler, concurrency=concurrency, retry=retry,
             retention=retention, expire_in_seconds=expire_in_seconds,
             timeout_seconds=timeout_seconds, lease_seconds=lease_seconds,
             dead_letter_queue=dead_letter_queue, dont_autoretry_for=dont_autoretry_for,
+            global_concurrency=global_concurrency, partition_concurrency=partition_concurrency,
+            rate_limit=rate_limit,
         ))
 
     def task(self, queue: str | None = None, **queue_options: Any) -> AsyncTaskFactory:

@@ -37,6 +37,7 @@ from portqueue.types import (
     CancelOutcome,
     CancelResult,
     CronSpec,
+    Debounce,
     DeduplicationReason,
     JobSnapshot,
     JobStatus,
@@ -44,10 +45,12 @@ from portqueue.types import (
     PauseMode,
     QueueInfo,
     QueueStats,
+    RateLimit,
     Retention,
     RetryPolicy,
     Schedule,
     ScheduleInfo,
+    Throttle,
 )
 from portqueue.validation import JobSpec, QueueDefaults
 
@@ -184,6 +187,11 @@ def queue_info(row: dict[str, Any]) -> QueueInfo:
         timeout_seconds=row["timeout_seconds"],
         lease_seconds=row["lease_seconds"],
         dead_letter_queue=row["dead_letter_queue"],
+        global_concurrency=row["global_concurrency"],
+        partition_concurrency=row["partition_concurrency"],
+        rate_limit=None if row["rate_limit"] is None else RateLimit(
+            limit=row["rate_limit"], period_seconds=row["rate_limit_period_seconds"],
+            per_partition=bool(row["rate_limit_per_partition"])),
     )
 
 
@@ -233,6 +241,7 @@ _ENTRY_COLUMNS = (
     "expire_in_seconds", "retention_ttl_seconds", "timeout_seconds",
     "preferred_instance_key_pattern", "idempotency_key", "singleton_key", "group_id", "attrs",
     "retention_completed_ttl_seconds", "retention_failed_ttl_seconds",
+    "partition_key", "debounce_key",
 )
 
 
@@ -276,6 +285,8 @@ def _add_statement(q: Queries, queue: str, specs: Sequence[JobSpec], *, keyed: b
 
 def add_jobs(q: Queries, queue: str, specs: Sequence[JobSpec]) -> Operation[list[AddJobResult]]:
     """Insert ``specs`` in one statement; a skipped entry returns its key's winner."""
+    if any(s.throttle is not None or s.debounce is not None for s in specs):
+        return (yield from _add_with_flow_keys(q, queue, specs))
     if not any(s.idempotency_key is not None or s.singleton_key is not None for s in specs):
         return (yield from _add_unkeyed_jobs(q, queue, specs))
     results: dict[int, AddJobResult] = {}
@@ -935,7 +946,8 @@ def _needs_whole_batch(entry: Mapping[str, Any]) -> bool:
     # a streamed chunk has no room for).
     return (entry.get("idempotency_key") is not None or entry.get("singleton_key") is not None
             or entry.get("preferred_instance_key_pattern") is not None
-            or _start_at_of(entry) is not None)
+            or _start_at_of(entry) is not None
+            or entry.get("throttle") is not None or entry.get("debounce") is not None)
 
 
 def _start_at_of(entry: Mapping[str, Any]) -> datetime | None:
@@ -1137,3 +1149,114 @@ def read_schedules(
         raise InvalidArgument("enabled", "must be a bool or None")
     checked_queue = None if queue is None else validation.queue_name(queue)
     return (yield from get_schedules(settings.queries, checked_queue, enabled, *window))
+
+
+# --- flow control (SPEC §8) ---
+
+
+def _add_with_flow_keys(
+    q: Queries, queue: str, specs: Sequence[JobSpec]
+) -> Operation[list[AddJobResult]]:
+    """A batch with throttled or debounced entries: those one statement each
+    (each decides alone whether it creates a job), the rest as one batch, all
+    in the caller's transaction; results in entry order."""
+    results: dict[int, AddJobResult] = {}
+    plain = [(index, spec) for index, spec in enumerate(specs)
+             if spec.throttle is None and spec.debounce is None]
+    if plain:
+        added = yield from add_jobs(q, queue, [spec for _, spec in plain])
+        results.update((index, result) for (index, _), result in zip(plain, added, strict=True))
+    for index, spec in enumerate(specs):
+        if spec.throttle is not None:
+            results[index] = yield from _add_throttled(q, queue, spec, spec.throttle)
+        elif spec.debounce is not None:
+            results[index] = yield from _add_debounced(q, queue, spec, spec.debounce)
+    return [results[index] for index in range(len(specs))]
+
+
+def _add_throttled(q: Queries, queue: str, spec: JobSpec,
+                   throttle: Throttle) -> Operation[AddJobResult]:
+    rows = yield q("add_throttled_job", queue=queue, throttle_key=throttle.key,
+                   throttle_seconds=throttle.seconds, **_scalar_entry(spec))
+    _refuse_if_paused(rows, queue)
+    if rows:
+        return _added(rows[0]["id"], queue, rows[0])
+    found = yield q("find_throttled", queue=queue, throttle_key=throttle.key)
+    if not found:
+        # Only a hand-written DELETE of the window's row gets here.
+        raise PortQueueError(f"throttle key {throttle.key!r} of {queue!r} has no window")
+    row = found[0]
+    return AddJobResult(
+        job_id=_id(row["id"]), queue=queue,
+        status=None if row["status"] is None else JobStatus(row["status"]),
+        start_after=_optional_utc(row["start_after"]), deduplicated=True,
+        deduplication_reason=DeduplicationReason.THROTTLE,
+        created_at=_optional_utc(row["created_at"]))
+
+
+def _add_debounced(q: Queries, queue: str, spec: JobSpec,
+                   debounce: Debounce) -> Operation[AddJobResult]:
+    rows = yield q("add_debounced_job", queue=queue,
+                   debounce_max_wait_seconds=debounce.max_wait_seconds,
+                   **_scalar_entry(spec))
+    _refuse_if_paused(rows, queue)
+    result = _added(rows[0]["id"], queue, rows[0])
+    if result.job_id == spec.id:
+        return result
+    return AddJobResult(
+        job_id=result.job_id, queue=queue, status=result.status,
+        start_after=result.start_after, deduplicated=True,
+        deduplication_reason=DeduplicationReason.DEBOUNCE, created_at=result.created_at)
+
+
+# The set_queue_limits arguments a caller did not name: their limits stay.
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
+def set_queue_limits(
+    q: Queries, queue: str, *, global_concurrency: int | _Unset | None = UNSET,
+    partition_concurrency: int | _Unset | None = UNSET,
+    rate_limit: RateLimit | _Unset | None = UNSET,
+) -> Operation[QueueInfo]:
+    """Write the named limits (``None`` removes one); the others keep their value."""
+    rows = yield set_queue_limits_query(
+        q, queue, global_concurrency=global_concurrency,
+        partition_concurrency=partition_concurrency, rate_limit=rate_limit)
+    return queue_info(rows[0])
+
+
+def set_queue_limits_query(
+    q: Queries, queue: str, *, global_concurrency: int | _Unset | None = UNSET,
+    partition_concurrency: int | _Unset | None = UNSET,
+    rate_limit: RateLimit | _Unset | None = UNSET,
+) -> Query:
+    """The statement of ``set_queue_limits``, also what a worker's start runs."""
+    return q(
+        "set_queue_limits", queue=queue,
+        global_concurrency=None if isinstance(global_concurrency, _Unset)
+        else global_concurrency,
+        partition_concurrency=None if isinstance(partition_concurrency, _Unset)
+        else partition_concurrency,
+        **validation.rate_limit_columns(None if isinstance(rate_limit, _Unset) else rate_limit),
+        set_global_concurrency=not isinstance(global_concurrency, _Unset),
+        set_partition_concurrency=not isinstance(partition_concurrency, _Unset),
+        set_rate_limit=not isinstance(rate_limit, _Unset))
+
+
+def set_limits(settings: Settings, queue: object, global_concurrency: object,
+               partition_concurrency: object, rate_limit: object) -> Operation[QueueInfo]:
+    """``set_queue_limits``'s arguments checked; ``UNSET`` ones are left alone."""
+    name = validation.queue_name(queue)
+    checked: dict[str, Any] = {}
+    for argument, value in (("global_concurrency", global_concurrency),
+                            ("partition_concurrency", partition_concurrency)):
+        if not isinstance(value, _Unset):
+            checked[argument] = validation.limit(argument, value)
+    if not isinstance(rate_limit, _Unset):
+        checked["rate_limit"] = validation.rate_limit(rate_limit)
+    return (yield from set_queue_limits(settings.queries, name, **checked))

@@ -92,11 +92,20 @@ def fetch(settings: Settings, verdicts: ClientVerdicts, consumer_id: str, queue:
     wanted = validation.integer("limit", limit, minimum=1, maximum=MAX_FETCH)
     seconds = _lease_seconds(lease_seconds)
     q = settings.queries
+    # A queue with a flow-control limit is claimed as the worker claims it:
+    # its row locked first, then the limited claim (the plain claim passes
+    # over limited queues).
+    limited = bool(ops.limited_queues((yield ops.queue_limits(q, [name]))))
     claimed: list[dict[str, Any]] = []
     for _ in range(MAX_CLAIM_ROUNDS):
         slots = wanted - len(claimed)
-        rows = yield ops.claim(q, slots={name: slots}, lease_seconds={name: seconds},
-                               worker_id=consumer_id, **verdicts.claim_params())
+        if limited:
+            yield ops.lock_limited_queue(q, name)
+            rows = yield ops.claim_limited(q, queue=name, slots=slots, lease_seconds=seconds,
+                                           worker_id=consumer_id, **verdicts.claim_params())
+        else:
+            rows = yield ops.claim(q, slots={name: slots}, lease_seconds={name: seconds},
+                                   worker_id=consumer_id, **verdicts.claim_params())
         claimed.extend(row for row in rows if row["status"] == "active")
         if len(claimed) >= wanted:
             break

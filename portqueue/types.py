@@ -61,6 +61,10 @@ class DeduplicationReason(str, Enum):
 
     IDEMPOTENCY = "IDEMPOTENCY"
     SINGLETON = "SINGLETON"
+    # Flow control (SPEC §8): an add inside its throttle key's window, or one
+    # that updated its debounce key's pending job.
+    THROTTLE = "THROTTLE"
+    DEBOUNCE = "DEBOUNCE"
 
 
 # --- option groups (a dict with the same keys is accepted wherever these are) ---
@@ -136,6 +140,38 @@ class Schedule:
     @property
     def recurring(self) -> bool:
         return self.start_every_seconds is not None or self.cron is not None
+
+
+@dataclass(frozen=True)
+class RateLimit:
+    """At most ``limit`` jobs of the queue start in any window of ``period_seconds``,
+    across every worker; per ``partition_key`` when ``per_partition`` (jobs
+    without a key are then not rate-limited)."""
+
+    limit: int
+    period_seconds: int
+    per_partition: bool = False
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """At most one job per ``key`` is created per window of ``seconds`` from the
+    window's first add; later adds in it return that job (``"THROTTLE"``)."""
+
+    key: str
+    seconds: int
+
+
+@dataclass(frozen=True)
+class Debounce:
+    """The job starts ``seconds`` after the last add of its ``key``: each add while
+    it is pending replaces its data and moves its start, never past its first add
+    plus ``max_wait_seconds`` (``None``: no cap); it returns that job
+    (``"DEBOUNCE"``). Once the job has started, the next add creates a new one."""
+
+    key: str
+    seconds: int
+    max_wait_seconds: int | None = None
 
 
 # --- results ---
@@ -227,6 +263,24 @@ class QueueInfo:
     timeout_seconds: int | None
     lease_seconds: int | None
     dead_letter_queue: str | None
+    # Flow control (SPEC §8), honoured by every worker; None: no such limit.
+    global_concurrency: int | None = None
+    partition_concurrency: int | None = None
+    rate_limit: RateLimit | None = None
+
+    def limits_text(self) -> str:
+        """The flow-control limits in a few words, as the CLI and dashboard show
+        them ("global 20, per key 1, 100/60s"); "-" when there are none."""
+        parts = []
+        if self.global_concurrency is not None:
+            parts.append(f"global {self.global_concurrency}")
+        if self.partition_concurrency is not None:
+            parts.append(f"per key {self.partition_concurrency}")
+        if self.rate_limit is not None:
+            rate = self.rate_limit
+            parts.append(f"{rate.limit}/{rate.period_seconds}s"
+                         + (" per key" if rate.per_partition else ""))
+        return ", ".join(parts) or "-"
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,14 @@ from portqueue.types import (
     Backoff,
     BackoffStrategy,
     CronSpec,
+    Debounce,
     JobStatus,
     PauseMode,
+    RateLimit,
     Retention,
     RetryPolicy,
     Schedule,
+    Throttle,
 )
 
 INT32_MAX = 2**31 - 1
@@ -628,6 +631,10 @@ class JobSpec(NamedTuple):
     attrs: Mapping[str, str] | None = None
     retention_completed_ttl_seconds: int | None = None
     retention_failed_ttl_seconds: int | None = None
+    # Flow control (SPEC §8).
+    partition_key: str | None = None
+    throttle: Throttle | None = None
+    debounce: Debounce | None = None
 
     def columns(self) -> dict[str, Any]:
         """The columns this entry sets besides its id and data, by column name.
@@ -648,6 +655,8 @@ class JobSpec(NamedTuple):
             "group_id": self.group_id,
             "retention_completed_ttl_seconds": self.retention_completed_ttl_seconds,
             "retention_failed_ttl_seconds": self.retention_failed_ttl_seconds,
+            "partition_key": self.partition_key,
+            "debounce_key": None if self.debounce is None else self.debounce.key,
         }
         if self.retry is not None:
             values.update(retry_columns(self.retry))
@@ -710,6 +719,9 @@ JOB_OPTION_KEYS = frozenset(
         "singleton_key",
         "group_id",
         "timeout_seconds",
+        "partition_key",
+        "throttle",
+        "debounce",
     }
 )
 
@@ -771,6 +783,8 @@ def job_spec(
         retention_completed_ttl_seconds=None if ret is None else ret.completed_ttl_seconds,
         retention_failed_ttl_seconds=None if ret is None else ret.failed_ttl_seconds,
     )
+    if any(options.get(key) is not None for key in ("partition_key", "throttle", "debounce")):
+        spec = _with_flow_control(spec, sched, options, prefix)
     return spec, sched
 
 
@@ -831,3 +845,83 @@ def known_queues(queues: object, registered: Mapping[str, Any]) -> list[str]:
 def is_recurring(value: object) -> bool:
     checked = schedule(value)
     return checked is not None and checked.recurring
+
+
+# --- flow control (SPEC §8) ---
+
+MAX_PARTITION_KEY_LENGTH = 256
+
+
+def limit(argument: str, value: object) -> int | None:
+    """A concurrency limit: a positive count, or None for none."""
+    return optional_integer(argument, value, minimum=1, maximum=1_000_000)
+
+
+def rate_limit(value: object, argument: str = "rate_limit") -> RateLimit | None:
+    if value is None:
+        return None
+    r = _as_dataclass(argument, value, RateLimit)
+    integer(f"{argument}.limit", r.limit, minimum=1, maximum=1_000_000)
+    integer(f"{argument}.period_seconds", r.period_seconds, minimum=1, maximum=366 * 24 * 3600)
+    if not isinstance(r.per_partition, bool):
+        raise InvalidArgument(f"{argument}.per_partition", "must be a bool")
+    return r
+
+
+def rate_limit_columns(value: RateLimit | None) -> dict[str, Any]:
+    """A rate limit as the queue table's columns (all NULL: none)."""
+    return {
+        "rate_limit": None if value is None else value.limit,
+        "rate_limit_period_seconds": None if value is None else value.period_seconds,
+        "rate_limit_per_partition": None if value is None else value.per_partition,
+    }
+
+
+def throttle(value: object, argument: str = "throttle") -> Throttle:
+    t = _as_dataclass(argument, value, Throttle)
+    return Throttle(
+        key=text(f"{argument}.key", t.key),
+        seconds=integer(f"{argument}.seconds", t.seconds, minimum=1),
+    )
+
+
+def debounce(value: object, argument: str = "debounce") -> Debounce:
+    d = _as_dataclass(argument, value, Debounce)
+    return Debounce(
+        key=text(f"{argument}.key", d.key),
+        seconds=integer(f"{argument}.seconds", d.seconds, minimum=1),
+        max_wait_seconds=seconds(f"{argument}.max_wait_seconds", d.max_wait_seconds, minimum=1),
+    )
+
+
+def _with_flow_control(spec: JobSpec, sched: Schedule | None, options: Mapping[str, Any],
+                       prefix: str) -> JobSpec:
+    """``spec`` with its partition key, throttle and debounce checked."""
+    key = options.get("partition_key")
+    partition_key = None if key is None else text(
+        f"{prefix}partition_key", key, max_length=MAX_PARTITION_KEY_LENGTH)
+    throttled = None
+    debounced = None
+    if options.get("throttle") is not None:
+        throttled = throttle(options["throttle"], f"{prefix}throttle")
+    if options.get("debounce") is not None:
+        debounced = debounce(options["debounce"], f"{prefix}debounce")
+    keyed = throttled is not None or debounced is not None
+    if throttled is not None and debounced is not None:
+        raise InvalidArgument(f"{prefix}debounce", "cannot be combined with throttle")
+    if keyed:
+        argument = f"{prefix}{'throttle' if throttled is not None else 'debounce'}"
+        # Each decides on its own whether an add creates a job; a second key
+        # deciding the same would make the add's result ambiguous.
+        for other in ("idempotency_key", "singleton_key"):
+            if options.get(other) is not None:
+                raise InvalidArgument(argument, f"cannot be combined with {other}")
+        if sched is not None:
+            # A debounce sets the start itself; a recurring add has no one job.
+            raise InvalidArgument(argument, "cannot be combined with schedule")
+    if debounced is not None:
+        # The first add starts after the delay too, never past the cap.
+        delay = debounced.seconds if debounced.max_wait_seconds is None else min(
+            debounced.seconds, debounced.max_wait_seconds)
+        spec = spec._replace(start_after_seconds=delay)
+    return spec._replace(partition_key=partition_key, throttle=throttled, debounce=debounced)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from portqueue import operations
 from portqueue.driver import Rows
 from portqueue.queries import Queries, Query
 
@@ -159,3 +160,44 @@ def leased_jobs(q: Queries, leases: Sequence[Lease]) -> Query:
 def jobs_by_id(q: Queries, job_ids: Sequence[str]) -> Query:
     """The snapshots event callbacks receive (``operations.job_snapshot``)."""
     return q("jobs_by_id", job_ids=list(job_ids))
+
+
+# --- flow control (SPEC §8) ---
+
+
+def declare_queue_limits(q: Queries, queue: str, declared: Mapping[str, Any]) -> Query:
+    """The limits a worker's code declares for ``queue`` (``QueueSpec.declared_limits``);
+    the ones it does not declare keep their stored value."""
+    return operations.set_queue_limits_query(q, queue, **declared)
+
+
+def queue_limits(q: Queries, queues: Sequence[str]) -> Query:
+    return q("queue_limits", queues=list(queues))
+
+
+def limited_queues(rows: Rows) -> dict[str, tuple[Any, ...]]:
+    """Each limited queue and its limits (compared to notice a change)."""
+    return {str(row["name"]): (row["global_concurrency"], row["partition_concurrency"],
+                               row["rate_limit"], row["rate_limit_period_seconds"],
+                               row["rate_limit_per_partition"]) for row in rows}
+
+
+def lock_limited_queue(q: Queries, queue: str) -> Query:
+    """The first statement of a limited claim's transaction (see claim_limited)."""
+    return q("lock_limited_queue", queue=queue)
+
+
+def claim_limited(q: Queries, *, queue: str, slots: int, lease_seconds: int,
+                  matching_patterns: Sequence[str], refused_patterns: Sequence[str],
+                  worker_id: str) -> Query:
+    """``claim`` for one queue with a limit, after ``lock_limited_queue`` in the
+    same transaction: at most what the queue's limits allow. Its rows are
+    ``claim``'s, plus a ``RATE_LIMITED`` row when the rate held it back."""
+    return q("claim_limited", queue=queue, slots=slots, lease_seconds=lease_seconds,
+             matching_patterns=list(matching_patterns),
+             refused_patterns=list(refused_patterns), worker_id=worker_id)
+
+
+# The status of claim_limited's row saying when the rate lets a job start
+# next: its data_json is the number of seconds until then.
+RATE_LIMITED = "rate_limited"

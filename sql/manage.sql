@@ -92,7 +92,8 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
           q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds;
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+          {queue_limit_columns};
 
 -- name: resume_queue
 INSERT INTO {schema}.queue AS q (name)
@@ -104,7 +105,8 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
           q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds;
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+          {queue_limit_columns};
 
 -- name: remove_queue
 -- Removes a queue with no unfinished job: its row, its schedules (else they
@@ -300,3 +302,39 @@ done AS (
     RETURNING 1
 )
 SELECT count(*) AS completed FROM done;
+
+-- name: set_queue_limits
+-- Flow-control limits (SPEC §8), created with the queue's row if need be.
+-- Each limit is written only when its set_* flag is true (a NULL value then
+-- removes it); the others keep their stored value. Also what a worker writes
+-- at start for the limits its code declares, and only those.
+INSERT INTO {schema}.queue AS q (
+    name, global_concurrency, partition_concurrency, rate_limit, rate_limit_period_seconds,
+    rate_limit_per_partition)
+VALUES (%(queue)s, %(global_concurrency)s, %(partition_concurrency)s, %(rate_limit)s,
+        %(rate_limit_period_seconds)s, %(rate_limit_per_partition)s)
+ON CONFLICT (name) DO UPDATE SET
+    global_concurrency = CASE WHEN %(set_global_concurrency)s
+                              THEN excluded.global_concurrency ELSE q.global_concurrency END,
+    partition_concurrency = CASE WHEN %(set_partition_concurrency)s
+                                 THEN excluded.partition_concurrency
+                                 ELSE q.partition_concurrency END,
+    rate_limit = CASE WHEN %(set_rate_limit)s THEN excluded.rate_limit ELSE q.rate_limit END,
+    rate_limit_period_seconds = CASE WHEN %(set_rate_limit)s
+                                     THEN excluded.rate_limit_period_seconds
+                                     ELSE q.rate_limit_period_seconds END,
+    rate_limit_per_partition = CASE WHEN %(set_rate_limit)s
+                                    THEN excluded.rate_limit_per_partition
+                                    ELSE q.rate_limit_per_partition END,
+    updated_at = now()
+RETURNING {queue_info_columns};
+
+-- fragment: queue_info_columns
+-- A queue's row as QueueInfo reads it (operations.queue_info).
+q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+          {queue_limit_columns}

@@ -85,13 +85,15 @@ entries AS (
         unnest(%(idempotency_key)s::text[]), unnest(%(singleton_key)s::text[]),
         unnest(%(group_id)s::text[]), unnest(%(attrs)s::jsonb[]),
         unnest(%(retention_completed_ttl_seconds)s::integer[]),
-        unnest(%(retention_failed_ttl_seconds)s::integer[])
+        unnest(%(retention_failed_ttl_seconds)s::integer[]),
+        unnest(%(partition_key)s::text[]), unnest(%(debounce_key)s::text[])
     ) WITH ORDINALITY AS e (
         id, payload, priority, start_after_seconds, max_attempts, retry_delay_seconds,
         backoff_strategy, backoff_factor, backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds, ord)
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
+        partition_key, debounce_key, ord)
 )
 
 -- fragment: entry_from_scalars
@@ -118,7 +120,8 @@ entries AS (
            %(attrs)s::jsonb AS attrs,
            %(retention_completed_ttl_seconds)s::integer AS retention_completed_ttl_seconds,
            %(retention_failed_ttl_seconds)s::integer AS retention_failed_ttl_seconds,
-           1::bigint AS ord
+           %(partition_key)s::text AS partition_key,
+           %(debounce_key)s::text AS debounce_key, 1::bigint AS ord
 
 -- fragment: default_entry
 -- scalar_entry for a job that sets nothing but its data.
@@ -132,7 +135,8 @@ entries AS (
            NULL::text AS idempotency_key, NULL::text AS singleton_key,
            NULL::text AS group_id, NULL::jsonb AS attrs,
            NULL::integer AS retention_completed_ttl_seconds,
-           NULL::integer AS retention_failed_ttl_seconds, 1::bigint AS ord
+           NULL::integer AS retention_failed_ttl_seconds, NULL::text AS partition_key,
+           NULL::text AS debounce_key, 1::bigint AS ord
 
 -- fragment: insert_entries
 -- The INSERT of the entries, up to its conflict handling.
@@ -151,7 +155,8 @@ inserted AS (
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds)
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
+        partition_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -168,7 +173,8 @@ inserted AS (
         e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
         -- the add span's trace context (portqueue.metrics.tracing), when tracing
         coalesce(e.attrs, '{{}}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
+        e.partition_key, e.debounce_key
 
 -- fragment: keyed_insert_end
 -- A duplicate idempotency or singleton key is skipped by ON CONFLICT DO
@@ -329,3 +335,74 @@ ROLLBACK TO SAVEPOINT portqueue_pattern_check;
 
 -- name: release_pattern_check
 RELEASE SAVEPOINT portqueue_pattern_check;
+
+-- name: add_throttled_job
+-- One job with a throttle key (SPEC §8): the first add of a window takes the
+-- key's row in throttle_window and inserts its job, in one statement, so the
+-- job exists exactly when the window names it. A later add in the window
+-- inserts nothing (ON CONFLICT's WHERE keeps the row, and its lock makes a
+-- concurrent add wait for the first one's commit, so one job is created
+-- however many race); the caller then reads the window's job
+-- (find_throttled) in a statement of its own, which sees that commit.
+WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
+throttled AS (
+    INSERT INTO {schema}.throttle_window AS t (queue, key, job_id, window_ends_at)
+    SELECT %(queue)s, %(throttle_key)s, %(id)s::uuid,
+           now() + make_interval(secs => %(throttle_seconds)s)
+    WHERE NOT EXISTS (SELECT FROM defaults WHERE paused = 'all')
+    ON CONFLICT (queue, key) DO UPDATE
+    SET job_id = excluded.job_id, window_ends_at = excluded.window_ends_at
+    WHERE t.window_ends_at <= now()
+    RETURNING t.job_id
+),
+inserted AS (
+    {job_insert}
+    FROM entries AS e
+    LEFT JOIN defaults AS d ON true
+    WHERE d.paused IS DISTINCT FROM 'all' AND e.id IN (SELECT job_id FROM throttled)
+    RETURNING j.id, j.status, j.start_after, j.created_at
+)
+{one_added_or_paused};
+
+-- name: find_throttled
+-- The job a throttle key's open window let through; status NULL if it was
+-- removed since.
+SELECT t.job_id::text AS id, j.status::text AS status, j.start_after, j.created_at
+FROM {schema}.throttle_window AS t
+LEFT JOIN {schema}.job AS j ON j.id = t.job_id
+WHERE t.queue = %(queue)s AND t.key = %(throttle_key)s;
+
+-- name: add_debounced_job
+-- One job with a debounce key (SPEC §8): inserted pending at now() plus the
+-- debounce delay, or, while a job of the key is still pending (the unique
+-- index job_debounce_key_uq), that job takes this add's data and its
+-- start_after moves to now() plus the delay, never past its first add plus
+-- max_wait_seconds. ON CONFLICT makes it one atomic step: concurrent adds of
+-- a key update one row in turn, and a job claimed meanwhile is no longer in
+-- the index, so the next add inserts a new one.
+WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
+inserted AS (
+    {job_insert}
+    FROM entries AS e
+    LEFT JOIN defaults AS d ON true
+    WHERE d.paused IS DISTINCT FROM 'all'
+    ON CONFLICT (queue, debounce_key) WHERE debounce_key IS NOT NULL AND status = 'pending'
+    DO UPDATE SET
+        data = excluded.data,
+        -- greatest: an add whose transaction began earlier (an earlier now())
+        -- but commits later does not bring the start forward again.
+        start_after = greatest(j.start_after, least(
+            excluded.start_after,
+            j.created_at + make_interval(secs => %(debounce_max_wait_seconds)s)))
+    RETURNING j.id, j.status, j.start_after, j.created_at
+)
+{one_added_or_paused};
+
+-- fragment: one_added_or_paused
+-- The result of add_throttled_job and add_debounced_job: the row inserted (or
+-- updated), or 'paused' for a queue that takes no adds.
+SELECT 'added' AS outcome, id::text AS id, status::text AS status, start_after, created_at
+FROM inserted
+UNION ALL
+SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz
+FROM defaults WHERE paused = 'all'

@@ -54,7 +54,8 @@ SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
        q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
        q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
        q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds
+       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+       {queue_limit_columns}
 FROM {schema}.queue AS q
 ORDER BY q.created_at DESC, q.name
 LIMIT %(limit)s OFFSET %(offset)s;
@@ -65,7 +66,8 @@ SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
        q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
        q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
        q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds
+       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+       {queue_limit_columns}
 FROM {schema}.queue AS q
 WHERE q.name = %(queue)s;
 
@@ -93,3 +95,8 @@ SELECT count(*) AS total
 FROM {schema}.schedule AS s
 WHERE (%(queue)s::text IS NULL OR s.queue = %(queue)s::text)
   AND (%(enabled)s::boolean IS NULL OR s.enabled = %(enabled)s::boolean);
+
+-- fragment: queue_limit_columns
+-- A queue's flow-control limits (SPEC §8), read into QueueInfo.
+q.global_concurrency, q.partition_concurrency, q.rate_limit, q.rate_limit_period_seconds,
+q.rate_limit_per_partition

@@ -283,5 +283,61 @@ CREATE INDEX job_retention_failed_ttl_idx
 
 UPDATE portqueue.alembic_version SET version_num='0008' WHERE portqueue.alembic_version.version_num = '0007';
 
+-- Running upgrade 0008 -> 0009
+
+ALTER TABLE "portqueue".queue
+    ADD COLUMN global_concurrency integer CHECK (global_concurrency > 0),
+    ADD COLUMN partition_concurrency integer CHECK (partition_concurrency > 0),
+    ADD COLUMN rate_limit integer CHECK (rate_limit > 0),
+    ADD COLUMN rate_limit_period_seconds integer CHECK (rate_limit_period_seconds > 0),
+    ADD COLUMN rate_limit_per_partition boolean,
+    -- a rate is a count and its window, or nothing
+    ADD CONSTRAINT queue_rate_limit_whole CHECK (
+        (rate_limit IS NULL) = (rate_limit_period_seconds IS NULL));
+
+ALTER TABLE "portqueue".job
+    ADD COLUMN partition_key text,
+    ADD COLUMN debounce_key text,
+    ADD COLUMN limited boolean NOT NULL DEFAULT false;
+
+-- The limited claim: each partition key's ready jobs in claim order, and the
+-- distinct keys by a loose index scan over it.
+CREATE INDEX job_partition_idx ON "portqueue".job
+    (queue, partition_key, priority DESC, start_after, seq)
+    WHERE status = 'pending' AND partition_key IS NOT NULL;
+-- The limited claim counts a queue's active jobs (per key) from this.
+CREATE INDEX job_limited_active_idx ON "portqueue".job (queue, partition_key)
+    WHERE status = 'active' AND limited;
+-- At most one pending job per debounce key: a debounced add updates it.
+CREATE UNIQUE INDEX job_debounce_key_uq ON "portqueue".job (queue, debounce_key)
+    WHERE debounce_key IS NOT NULL AND status = 'pending';
+
+CREATE TABLE "portqueue".queue_start (
+    queue          text NOT NULL,
+    -- '' when the rate is counted for the whole queue
+    partition_key  text NOT NULL,
+    started_at     timestamptz NOT NULL,
+    starts         integer NOT NULL CHECK (starts > 0)
+);
+CREATE INDEX queue_start_idx ON "portqueue".queue_start (queue, started_at);
+
+CREATE TABLE "portqueue".throttle_window (
+    queue           text NOT NULL,
+    key             text NOT NULL,
+    job_id          uuid NOT NULL,
+    window_ends_at  timestamptz NOT NULL,
+    PRIMARY KEY (queue, key)
+);
+
+-- A slot of a limited queue freed (its job completed, failed, was cancelled,
+-- rescued or released): wake the workers waiting for one. Jobs of other
+-- queues only evaluate the WHEN.
+CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON "portqueue".job
+    FOR EACH ROW
+    WHEN (OLD.limited AND OLD.status = 'active' AND NEW.status <> 'active')
+    EXECUTE FUNCTION "portqueue".notify_job_pending();
+
+UPDATE portqueue.alembic_version SET version_num='0009' WHERE portqueue.alembic_version.version_num = '0008';
+
 COMMIT;
 

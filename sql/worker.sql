@@ -75,8 +75,13 @@ WITH wanted AS (
     FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
          AS w (queue, slots, lease_seconds)
     WHERE w.slots > 0
+      -- A queue with a limit is claimed by claim_limited only, so a claim in
+      -- flight when a limit is set cannot run past it (flow-control.md).
       AND NOT EXISTS (
-          SELECT FROM {schema}.queue AS q WHERE q.name = w.queue AND q.paused IS NOT NULL)
+          SELECT FROM {schema}.queue AS q
+          WHERE q.name = w.queue
+            AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
+                 OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 ),
 candidates AS (
     SELECT c.id, c.expired, c.pattern, wanted.queue, wanted.lease_seconds
@@ -105,14 +110,7 @@ claimable AS (
 ),
 claimed AS (
     UPDATE {schema}.job AS j
-    SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
-        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-        finished_at = CASE WHEN c.expired THEN now() END,
-        lease_token = coalesce(j.lease_token, 0) + 1,
-        lease_expires_at = CASE WHEN c.expired THEN NULL
-                                ELSE now() + make_interval(secs => c.lease_seconds) END,
-        worker_id = %(worker_id)s
+    SET {claim_set}
     FROM candidates AS c
     -- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
     -- guesses a tenth of the backlog, then joins back to job with a hash or
@@ -123,12 +121,7 @@ claimed AS (
     -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
     -- ids and data on as they come, and decoding them per row into objects it
     -- does not need is most of what reading a claim costs.
-    RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
-              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
-              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
-              j.backoff_max_delay_seconds, j.backoff_jitter,
-              j.cancel_requested_at IS NOT NULL AS cancel_requested,
-              j.attrs ->> 'traceparent' AS traceparent
+    RETURNING {claimed_columns}
 )
 SELECT * FROM claimed
 UNION ALL
@@ -330,3 +323,217 @@ RETURNING j.id;
 UPDATE {schema}.job
 SET start_after = now()
 WHERE queue = ANY (%(queues)s::text[]) AND status = 'pending' AND start_after > now();
+
+-- name: queue_limits
+-- Which of a worker's queues have a flow-control limit, and the limits
+-- themselves (a change makes the worker claim the queue again): read at
+-- start and about once a second, so set_queue_limits takes effect within
+-- that. The plain claim passes over limited queues whatever the worker
+-- believes, so a stale answer here costs claims, never a limit.
+SELECT q.name, q.global_concurrency, q.partition_concurrency, q.rate_limit,
+       q.rate_limit_period_seconds, q.rate_limit_per_partition
+FROM {schema}.queue AS q
+WHERE q.name = ANY (%(queues)s::text[])
+  AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
+       OR q.rate_limit IS NOT NULL);
+
+-- name: lock_limited_queue
+-- The first statement of a limited claim's transaction: claims of one
+-- limited queue take turns on its row, so each counts what the one before
+-- it committed. It must be a statement of its own: a READ COMMITTED
+-- statement that waits for a lock still reads with the snapshot it began
+-- with, and would count active jobs as they were before the claim it waited
+-- for.
+SELECT q.name FROM {schema}.queue AS q WHERE q.name = %(queue)s FOR NO KEY UPDATE;
+
+-- name: claim_limited
+-- claim, for one queue with a limit, run after lock_limited_queue in the
+-- same transaction. It claims at most what every limit allows:
+--   global_concurrency minus the queue's active jobs;
+--   per partition key, partition_concurrency minus the key's active jobs,
+--     taking each key's own ready jobs (a key at its limit holds up no
+--     other key: no head-of-line blocking); jobs without a key are not
+--     limited by it;
+--   rate_limit minus the starts recorded in the window (queue_start), for
+--     the queue or per key.
+-- Active jobs are counted from the rows (job_limited_active_idx: the jobs
+-- this statement marked limited), so a completion, a failure, a rescue or a
+-- release frees its slot by changing the row, exactly once, whoever does
+-- it. Jobs over a limit stay pending: no attempt is spent. Its rows are
+-- claim's, plus, for a rate-limited queue that claimed fewer than it asked,
+-- one 'rate_limited' row whose data_json is the number of seconds until the
+-- window next lets a job start: the worker claims the queue again then,
+-- rather than polling.
+WITH RECURSIVE limits AS (
+    SELECT q.global_concurrency, q.partition_concurrency, q.rate_limit,
+           q.rate_limit_period_seconds AS period,
+           coalesce(q.rate_limit_per_partition, false) AND q.rate_limit IS NOT NULL
+               AS rate_per_key,
+           q.partition_concurrency IS NOT NULL
+               OR (coalesce(q.rate_limit_per_partition, false) AND q.rate_limit IS NOT NULL)
+               AS by_key
+    FROM {schema}.queue AS q
+    WHERE q.name = %(queue)s AND q.paused IS NULL
+),
+active AS (
+    SELECT j.partition_key, count(*) AS n
+    FROM {schema}.job AS j
+    WHERE j.queue = %(queue)s AND j.status = 'active' AND j.limited
+    GROUP BY j.partition_key
+),
+recent AS (
+    SELECT s.partition_key, sum(s.starts) AS n, min(s.started_at) AS oldest
+    FROM {schema}.queue_start AS s
+    JOIN limits AS l ON l.rate_limit IS NOT NULL
+    WHERE s.queue = %(queue)s AND s.started_at > now() - make_interval(secs => l.period)
+    GROUP BY s.partition_key
+),
+-- How many the whole claim may take: never NULL (LIMIT NULL is no limit).
+budget AS (
+    SELECT coalesce((
+        SELECT greatest(0, least(
+            %(slots)s::integer,
+            l.global_concurrency - (SELECT coalesce(sum(a.n), 0) FROM active AS a),
+            CASE WHEN l.rate_limit IS NOT NULL AND NOT l.rate_per_key
+                 THEN l.rate_limit - (SELECT coalesce(sum(r.n), 0) FROM recent AS r) END))
+        FROM limits AS l), 0)::integer AS n
+),
+-- The distinct keys of pending jobs, one index probe each (a loose index
+-- scan of job_partition_idx), for queues limited per key only.
+keys (partition_key) AS (
+    (SELECT j.partition_key FROM {schema}.job AS j
+     WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.partition_key IS NOT NULL
+       AND (SELECT l.by_key FROM limits AS l) AND (SELECT b.n FROM budget AS b) > 0
+     ORDER BY j.partition_key LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.partition_key FROM {schema}.job AS j
+            WHERE j.queue = %(queue)s AND j.status = 'pending'
+              AND j.partition_key IS NOT NULL AND j.partition_key > k.partition_key
+            ORDER BY j.partition_key LIMIT 1)
+    FROM keys AS k
+    WHERE k.partition_key IS NOT NULL
+),
+keyed AS (
+    SELECT c.*
+    FROM keys AS k
+    CROSS JOIN limits AS l
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern,
+               %(lease_seconds)s::integer AS lease_seconds
+        FROM {schema}.job AS j
+        WHERE j.queue = %(queue)s AND j.status = 'pending'
+          AND j.partition_key = k.partition_key AND j.start_after <= now()
+          AND (j.preferred_instance_key_pattern IS NULL
+               OR j.preferred_instance_key_pattern NOT IN (
+                      SELECT unnest(%(refused_patterns)s::text[])))
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT greatest(0, least(
+            (SELECT b.n FROM budget AS b),
+            l.partition_concurrency - coalesce(
+                (SELECT a.n FROM active AS a WHERE a.partition_key = k.partition_key), 0),
+            CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
+                (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0) END))
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+    WHERE k.partition_key IS NOT NULL
+),
+-- Jobs no key limit applies to: all of them when the queue is not limited
+-- per key, else those without a key. In a queue limited per key this reads
+-- job_claim_idx past the keyed jobs to find unkeyed ones (its cost:
+-- docs/flow-control.md).
+unkeyed AS (
+    SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+           (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+           j.preferred_instance_key_pattern AS pattern,
+           %(lease_seconds)s::integer AS lease_seconds
+    FROM {schema}.job AS j
+    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= now()
+      AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+      AND (j.preferred_instance_key_pattern IS NULL
+           OR j.preferred_instance_key_pattern NOT IN (
+                  SELECT unnest(%(refused_patterns)s::text[])))
+    ORDER BY j.priority DESC, j.start_after, j.seq
+    LIMIT (SELECT b.n FROM budget AS b)
+    FOR UPDATE OF j SKIP LOCKED
+),
+candidates AS (
+    SELECT u.* FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS u
+    ORDER BY u.priority DESC, u.start_after, u.seq
+    LIMIT (SELECT b.n FROM budget AS b)
+),
+claimable AS (
+    SELECT c.id FROM candidates AS c
+    WHERE c.pattern IS NULL
+       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
+),
+claimed AS (
+    UPDATE {schema}.job AS j
+    SET {claim_set},
+        limited = true
+    FROM candidates AS c
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+    RETURNING {claimed_columns}, j.partition_key
+),
+-- The starts of a rate-limited queue, one row per key (or one for the whole
+-- queue) and claim; rows out of the window are deleted by the claim that
+-- finds them, under the same queue lock.
+recorded AS (
+    INSERT INTO {schema}.queue_start (queue, partition_key, started_at, starts)
+    SELECT %(queue)s, CASE WHEN l.rate_per_key THEN c.partition_key ELSE '' END, now(),
+           count(*)
+    FROM claimed AS c
+    CROSS JOIN limits AS l
+    WHERE l.rate_limit IS NOT NULL AND c.status = 'active'
+      AND (NOT l.rate_per_key OR c.partition_key IS NOT NULL)
+    GROUP BY 2
+),
+forgotten AS (
+    DELETE FROM {schema}.queue_start AS s
+    USING limits AS l
+    WHERE s.queue = %(queue)s
+      AND (l.rate_limit IS NULL OR s.started_at <= now() - make_interval(secs => l.period))
+)
+SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_id,
+       c.lease_token, c.timeout_seconds, c.retry_delay_seconds, c.backoff_strategy,
+       c.backoff_factor, c.backoff_max_delay_seconds, c.backoff_jitter, c.cancel_requested,
+       c.traceparent
+FROM claimed AS c
+UNION ALL
+SELECT c.id::text, %(queue)s, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
+FROM candidates AS c
+WHERE c.pattern IS NOT NULL
+  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+UNION ALL
+-- The earliest moment a start leaves the window: before it, no more can start.
+SELECT NULL, %(queue)s, 'rate_limited',
+       greatest(0.0, extract(epoch FROM
+           coalesce((SELECT min(r.oldest) FROM recent AS r), now())
+           + make_interval(secs => l.period) - now()))::text,
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+FROM limits AS l
+WHERE l.rate_limit IS NOT NULL
+  AND (SELECT count(*) FROM claimed) < %(slots)s;
+
+-- fragment: claim_set
+-- The SET of a claim's UPDATE, from its candidates (alias c: expired,
+-- lease_seconds). Shared by claim and claim_limited.
+status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
+        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
+        finished_at = CASE WHEN c.expired THEN now() END,
+        lease_token = coalesce(j.lease_token, 0) + 1,
+        lease_expires_at = CASE WHEN c.expired THEN NULL
+                                ELSE now() + make_interval(secs => c.lease_seconds) END,
+        worker_id = %(worker_id)s
+
+-- fragment: claimed_columns
+-- What a claim returns per job (see claim). Shared by claim and claim_limited.
+j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
+              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
+              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+              j.backoff_max_delay_seconds, j.backoff_jitter,
+              j.cancel_requested_at IS NOT NULL AS cancel_requested,
+              j.attrs ->> 'traceparent' AS traceparent

@@ -111,7 +111,8 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 def schema(migrated_schema: str, db: psycopg.Connection[Any]) -> str:
     """The migrated test schema, emptied: every test starts from no rows."""
     tables = sql.SQL(", ").join(
-        sql.Identifier(migrated_schema, table) for table in ("job", "schedule", "queue", "worker"))
+        sql.Identifier(migrated_schema, table) for table in (
+            "job", "schedule", "queue", "worker", "queue_start", "throttle_window"))
     db.execute(sql.SQL("TRUNCATE {}").format(tables))
     return migrated_schema
 

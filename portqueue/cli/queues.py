@@ -101,13 +101,13 @@ def queues_command(
         emit_json(page)
         return
     table = new_table("queue", "paused", "concurrency", "max attempts", "timeout", "lease",
-                      "retention", "dead letter", "created")
+                      "retention", "dead letter", "limits", "created")
     for info in page.items:
         table.add_row(info.queue, _paused(info), _text(info.concurrency),
                       _text(info.retry.max_attempts if info.retry else None),
                       _text(info.timeout_seconds), _text(info.lease_seconds),
                       _retention(info.retention), info.dead_letter_queue or "-",
-                      when(info.created_at))
+                      info.limits_text(), when(info.created_at))
     print_table(table, f"{len(page.items)} of {page.total} queue(s)")
 
 

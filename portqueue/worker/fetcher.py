@@ -21,6 +21,7 @@ from portqueue.metrics import hooks
 from portqueue.settings import Settings
 from portqueue.worker.connections import Connections
 from portqueue.worker.demand import Demand
+from portqueue.worker.limits import Limits
 from portqueue.worker.patterns import UNJUDGED, PatternVerdicts
 from portqueue.worker.registry import QueueSpec
 from portqueue.worker.state import Claimed
@@ -49,6 +50,7 @@ class Fetcher:
         self._started = started
         self._conn: psycopg.AsyncConnection[Any] | None = None
         self._patterns = PatternVerdicts(settings.instance_key)
+        self._limits = Limits(settings.queries, list(queues), demand)
         # Held from a claim until its runners exist: stop() takes it before
         # draining, so a claim in flight commits and starts its jobs first
         # (otherwise they would stay active, never run, until their leases
@@ -72,6 +74,7 @@ class Fetcher:
         try:
             await self._claim_until_stopped()
         finally:
+            self._limits.close()
             await self.close()
 
     async def _claim_until_stopped(self) -> None:
@@ -87,10 +90,22 @@ class Fetcher:
                 await self._stopping.wait_for(self._room, None)
                 continue
             demand.changed.clear()
+            if loop.time() >= self._limits.next_refresh:
+                try:
+                    await self._refresh_limits()
+                except psycopg.Error as exc:
+                    # A new session next time; the claim, which meets the same
+                    # trouble, logs it and backs off.
+                    log.debug("worker %s: reading queue limits failed: %s", self._worker_id,
+                              exc)
+                    await self.close()
             if not demand.ready():
                 # Nothing to claim until a NOTIFY names a queue with a free
-                # slot, a backlogged queue frees one, or the poll is due.
-                wait = next_poll - loop.time()
+                # slot, a backlogged queue frees one, or the poll is due (or
+                # the limits are to be read again).
+                wait = min(next_poll, self._limits.next_refresh) - loop.time()
+                if loop.time() >= self._limits.next_refresh:
+                    continue
                 if wait > 0:
                     await self._stopping.wait_for(demand.changed, wait)
                     continue
@@ -125,7 +140,19 @@ class Fetcher:
             # A queue that filled its free slots may have more waiting: it is
             # claimed again as soon as a slot of it frees, not at the next
             # NOTIFY or poll, whatever the other queues returned.
-            demand.claimed(asked, Counter(row.queue for row in rows))
+            claimed = Counter(row.queue for row in rows)
+            if not self._settings.poll_only:
+                # A limited queue is claimed again when a slot frees in the
+                # database (the completion's NOTIFY), not when a handler here
+                # returns: until its outcome commits, the job still counts.
+                for name in asked:
+                    if self._limits.limited(name):
+                        claimed[name] = min(claimed[name], asked[name] - 1)
+            demand.claimed(asked, claimed)
+
+    async def _refresh_limits(self) -> None:
+        conn = await self.connect()
+        await self._connections.within(conn, self._limits.refresh(conn))
 
     async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
         """One claim outside the loop (drain): its jobs start as the loop's do."""
@@ -135,12 +162,21 @@ class Fetcher:
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
         """Claim up to ``asked`` slots per queue and start what was claimed;
         returns every row (expired ones included: they used a slot)."""
-        query = ops.claim(
-            self._settings.queries, slots=asked,
-            lease_seconds={name: self._queues[name].lease_seconds for name in asked},
-            worker_id=self._worker_id, **self._patterns.claim_params())
         conn = await self.connect()
-        rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
+        plain = {name: slots for name, slots in asked.items()
+                 if not self._limits.limited(name)}
+        rows: list[Claimed] = []
+        if plain:
+            query = ops.claim(
+                self._settings.queries, slots=plain,
+                lease_seconds={name: self._queues[name].lease_seconds for name in plain},
+                worker_id=self._worker_id, **self._patterns.claim_params())
+            rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
+        for name, slots in asked.items():
+            if name not in plain:
+                rows += await self._connections.within(conn, self._limits.claim(
+                    conn, name, slots, self._queues[name].lease_seconds,
+                    self._patterns.claim_params(), self._worker_id))
         await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
         traced = hooks.tracing_on()
         started = []

@@ -15,7 +15,7 @@ from typing import Any
 
 from portqueue import validation
 from portqueue.errors import InvalidArgument
-from portqueue.types import Retention, RetryPolicy
+from portqueue.types import RateLimit, Retention, RetryPolicy
 
 EVENTS = frozenset({
     "job_started", "job_completed", "job_failed", "job_retrying", "job_cancelled",
@@ -37,6 +37,21 @@ class QueueSpec:
     lease_seconds: int
     dead_letter_queue: str | None
     dont_autoretry_for: tuple[type[BaseException], ...]
+    # Flow control (SPEC §8): written at start only when declared.
+    global_concurrency: int | None = None
+    partition_concurrency: int | None = None
+    rate_limit: RateLimit | None = None
+
+    def declared_limits(self) -> dict[str, Any]:
+        """The limits this declaration names, as ``set_queue_limits`` arguments."""
+        declared: dict[str, Any] = {}
+        if self.global_concurrency is not None:
+            declared["global_concurrency"] = self.global_concurrency
+        if self.partition_concurrency is not None:
+            declared["partition_concurrency"] = self.partition_concurrency
+        if self.rate_limit is not None:
+            declared["rate_limit"] = self.rate_limit
+        return declared
 
     def add_defaults(self) -> validation.QueueDefaults | None:
         """What this declaration fills in on jobs its client adds; None if nothing."""
@@ -80,6 +95,9 @@ def queue_spec(
     lease_seconds: object,
     dead_letter_queue: object,
     dont_autoretry_for: object,
+    global_concurrency: object = None,
+    partition_concurrency: object = None,
+    rate_limit: object = None,
 ) -> QueueSpec:
     name = validation.queue_name(queue)
     if not callable(handler):
@@ -102,6 +120,9 @@ def queue_spec(
                                          maximum=24 * 3600),
         dead_letter_queue=dead_letter,
         dont_autoretry_for=_exception_types(dont_autoretry_for),
+        global_concurrency=validation.limit("global_concurrency", global_concurrency),
+        partition_concurrency=validation.limit("partition_concurrency", partition_concurrency),
+        rate_limit=validation.rate_limit(rate_limit),
     )
 
 

@@ -157,6 +157,10 @@ class Worker:
         try:
             await self.connections.execute(*[ops.upsert_queue(self.q, spec.queue_row())
                                              for spec in self.queues.values()])
+            declared = [ops.declare_queue_limits(self.q, spec.queue, spec.declared_limits())
+                        for spec in self.queues.values() if spec.declared_limits()]
+            if declared:
+                await self.connections.execute(*declared)
             await self.connections.execute(self._registration())
         except BaseException as error:
             # A failed start leaves nothing running: the open pool's tasks

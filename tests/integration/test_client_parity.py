@@ -99,6 +99,8 @@ SCENARIOS: dict[str, Scenario] = {
     "redrive": lambda c, q: (_added(c, q), c.redrive(queue=q))[1],
     "drain": lambda c, q: (c.create_queue(queue=q, handler=lambda job: None), _added(c, q),
                            c.drain(queues=[q]))[2],
+    "set_queue_limits": lambda c, q: c.set_queue_limits(
+        queue=q, global_concurrency=3, rate_limit={"limit": 10, "period_seconds": 60}),
 }
 # Public coroutine methods tested elsewhere on both clients: the worker's
 # lifecycle (tests/integration/test_worker_*.py, ``harness`` and ``aharness``)

@@ -91,7 +91,8 @@ def _neutral(value: Any, schema: str) -> Any:
     return value
 
 
-EXPECTED_TABLES = {"alembic_version", "queue", "job", "schedule", "worker"}
+EXPECTED_TABLES = {"alembic_version", "queue", "job", "schedule", "worker",
+                   "queue_start", "throttle_window"}
 
 
 def tables(catalog: dict[str, list[tuple[Any, ...]]]) -> set[str]:

@@ -1,0 +1,200 @@
+"""Flow control's cost on the drain, and a rate limit's accuracy (issue 19).
+
+    python bench/flow_control.py [--dsn DSN] [--jobs 5000] [--runs 3] [--before DIR]
+
+Each scenario pre-adds ``--jobs`` no-op jobs to queue ``drain`` in a fresh
+database, then starts one worker process (``AsyncPortQueue``, ``async def``
+handler, concurrency 100, LISTEN on, maintenance off) and times the drain on
+the database clock, from the first ``started_at`` to the last ``finished_at``:
+
+- ``before``: the code of ``--before`` (a checkout of the commit this branch
+  started from; the worker runs with it first on ``sys.path``), its own schema;
+- ``unlimited``: this code, no limit set (the plain claim);
+- ``global100``: ``global_concurrency=100`` (the limited claim, one limit);
+- ``partition50``: 50 partition keys, jobs spread evenly, ``partition_concurrency=1``
+  (at most 50 of the 100 slots can be busy);
+- ``rate``: ``rate_limit`` of ``--rate`` starts per second, ``--rate * 5`` jobs;
+  its figure is the steady start rate (starts after the first window, per second of
+  the windows they span), to compare with the limit.
+
+Runs interleave the scenarios (each run starts with a different one); the ratios
+(``unlimited / before``, ``global100 / unlimited``, ``partition50 / unlimited``) are
+taken within a run, then their median. Raw figures go to
+bench/results/flow-control-<time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+DATABASE = "bench_flow_control"
+QUEUE = "drain"
+CONCURRENCY = 100
+KEYS = 50
+RESULTS = Path(__file__).resolve().parent / "results"
+REPO = Path(__file__).resolve().parent.parent
+SCENARIOS = ["before", "unlimited", "global100", "partition50", "rate"]
+
+
+def server_dsn(dsn: str, database: str) -> str:
+    return psycopg.conninfo.make_conninfo(dsn, dbname=database)
+
+
+def code_env(scenario: str, before: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = before if scenario == "before" else str(REPO)
+    return env
+
+
+def child(role: str, scenario: str, dsn: str, before: str, *extra: str,
+          wait: bool = True) -> subprocess.Popen[str]:
+    argv = [sys.executable, __file__, "--role", role, "--scenario", scenario, "--dsn", dsn,
+            *extra]
+    popen = subprocess.Popen(argv, env=code_env(scenario, before), cwd="/", text=True,
+                             stdout=subprocess.PIPE)
+    if wait:
+        popen.wait(600)
+        if popen.returncode:
+            raise RuntimeError(f"{role} {scenario} exited {popen.returncode}")
+    return popen
+
+
+def prepare(dsn: str, scenario: str, jobs: int, rate: int) -> None:
+    """(child) Migrate, declare nothing, add the jobs; limits go on the queue row."""
+    from portqueue import PortQueue
+
+    with PortQueue(dsn) as pq:
+        pq.migrate()
+        entries: list[dict[str, Any]] = [{"data": {"n": n}} for n in range(jobs)]
+        if scenario == "partition50":
+            entries = [{"data": {"n": n}, "partition_key": f"tenant:{n % KEYS}"}
+                       for n in range(jobs)]
+        for start in range(0, len(entries), 1000):
+            pq.add_jobs(queue=QUEUE, jobs=entries[start:start + 1000])
+        if scenario == "global100":
+            pq.set_queue_limits(queue=QUEUE, global_concurrency=100)  # type: ignore[attr-defined]
+        if scenario == "partition50":
+            pq.set_queue_limits(queue=QUEUE, partition_concurrency=1)  # type: ignore[attr-defined]
+        if scenario == "rate":
+            pq.set_queue_limits(queue=QUEUE,  # type: ignore[attr-defined]
+                                rate_limit={"limit": rate, "period_seconds": 1})
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM (ANALYZE)")
+
+
+def work(dsn: str, jobs: int) -> None:
+    """(child) A worker until every job of the queue is finished."""
+    from portqueue import AsyncPortQueue
+
+    async def main() -> None:
+        apq = AsyncPortQueue(dsn)
+
+        async def handler(job: Any) -> None:
+            return None
+
+        apq.create_queue(queue=QUEUE, handler=handler, concurrency=CONCURRENCY)
+        await apq.start(maintenance=False, scheduler=False)
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            while True:
+                cursor = await conn.execute(
+                    "SELECT count(*) FROM portqueue.job WHERE finished_at IS NULL")
+                row = await cursor.fetchone()
+                if row is not None and row[0] == 0:
+                    break
+                await asyncio.sleep(0.02)
+        await apq.stop()
+        await apq.aclose()
+
+    asyncio.run(main())
+
+
+def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str) -> dict[str, Any]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
+        conn.execute(f"CREATE DATABASE {DATABASE}")
+    bench = server_dsn(dsn, DATABASE)
+    n = rate * 5 if scenario == "rate" else jobs
+    child("prepare", scenario, bench, before, "--jobs", str(n), "--rate", str(rate))
+    child("work", scenario, bench, before, "--jobs", str(n))
+    with psycopg.connect(bench) as conn:
+        first, last, done = conn.execute(
+            "SELECT min(started_at), max(finished_at), count(*) FILTER "
+            "(WHERE status = 'completed') FROM portqueue.job").fetchone() or (None, None, 0)
+        starts = [row[0] for row in conn.execute(
+            "SELECT extract(epoch FROM started_at) FROM portqueue.job ORDER BY started_at")]
+    assert done == n, f"{scenario}: {done} of {n} completed"
+    seconds = (last - first).total_seconds()
+    result: dict[str, Any] = {"scenario": scenario, "jobs": n, "seconds": seconds,
+                              "rate": n / seconds}
+    if scenario == "rate":
+        # Starts after the first window, per second of the windows they span.
+        later = [float(s) for s in starts if float(s) >= float(starts[0]) + 1]
+        result["start_rate"] = len(later) / max(1.0, float(later[-1]) - float(starts[0]))
+        result["limit"] = rate
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument("--rate", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--before", default="", help="a checkout of the base commit")
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--role", choices=["measure", "prepare", "work"], default="measure")
+    parser.add_argument("--scenario", default="")
+    args = parser.parse_args()
+    if args.role == "prepare":
+        return prepare(args.dsn, args.scenario, args.jobs, args.rate)
+    if args.role == "work":
+        return work(args.dsn, args.jobs)
+    chosen = args.scenarios.split(",")
+    if "before" in chosen and not args.before:
+        parser.error("--before DIR is needed for the 'before' scenario")
+    runs: list[dict[str, dict[str, Any]]] = []
+    for run in range(args.runs):
+        order = chosen[run % len(chosen):] + chosen[:run % len(chosen)]
+        results = {}
+        for scenario in order:
+            results[scenario] = measure(args.dsn, scenario, args.jobs, args.rate, args.before)
+            print(f"run {run + 1} {scenario}: {results[scenario]['rate']:,.0f} jobs/s"
+                  + (f", start rate {results[scenario]['start_rate']:.1f}/s"
+                     if scenario == "rate" else ""), flush=True)
+        runs.append(results)
+    ratios: dict[str, list[float]] = {}
+    for results in runs:
+        for name, (top, bottom) in {"unlimited/before": ("unlimited", "before"),
+                                    "global100/unlimited": ("global100", "unlimited"),
+                                    "partition50/unlimited": ("partition50", "unlimited")}.items():
+            if top in results and bottom in results:
+                ratios.setdefault(name, []).append(
+                    results[top]["rate"] / results[bottom]["rate"])
+    for name, values in ratios.items():
+        print(f"{name}: median {statistics.median(values):.3f} "
+              f"(runs: {', '.join(f'{v:.3f}' for v in values)})")
+    rates = [r["rate"]["start_rate"] for r in runs if "rate" in r]
+    if rates:
+        print(f"rate limit {args.rate}/s: start rate median {statistics.median(rates):.1f}/s")
+    RESULTS.mkdir(exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"flow-control-{stamp}.json"
+    path.write_text(json.dumps({"runs": runs, "ratios": ratios, "args": vars(args),
+                                "measured_at": time.time()}, indent=2))
+    print(f"raw figures: {path}")
+
+
+if __name__ == "__main__":
+    main()
