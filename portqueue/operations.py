@@ -159,6 +159,9 @@ def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
         retry=retry,
         timeout_seconds=row["timeout_seconds"],
         scheduled_for=_optional_utc(row["scheduled_for"]),
+        # Readers without the workflow columns (an older query) get the defaults.
+        depends_on=[_id(job_id) for job_id in row.get("depends_on") or ()],
+        flow_id=_optional_id(row.get("flow_id")),
     )
 
 

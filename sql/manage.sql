@@ -22,7 +22,7 @@ SET status = 'pending',
     lease_expires_at = NULL,
     worker_id = NULL
 WHERE j.id = %(job_id)s
-  AND j.status NOT IN ('active', 'pending')
+  AND j.status NOT IN ('active', 'pending', 'waiting')
   AND (j.singleton_key IS NULL OR NOT EXISTS (
         SELECT FROM {schema}.job AS other
         WHERE other.queue = j.queue AND other.singleton_key = j.singleton_key
@@ -47,14 +47,14 @@ ROLLBACK TO SAVEPOINT portqueue_retry;
 -- unknown or active.
 SELECT j.id, j.queue, j.status::text AS status, j.start_after
 FROM {schema}.job AS j
-WHERE j.id = %(job_id)s AND j.status = 'pending'
+WHERE j.id = %(job_id)s AND j.status IN ('pending', 'waiting')
 UNION ALL
 SELECT other.id, other.queue, other.status::text AS status, other.start_after
 FROM {schema}.job AS j
 JOIN {schema}.job AS other
   ON other.queue = j.queue AND other.singleton_key = j.singleton_key
  AND other.status IN ('pending', 'active') AND other.id <> j.id
-WHERE j.id = %(job_id)s AND j.status NOT IN ('active', 'pending');
+WHERE j.id = %(job_id)s AND j.status NOT IN ('active', 'pending', 'waiting');
 
 -- name: cancel_job
 -- pending -> cancelled at once; active -> the cancel request is recorded and
@@ -68,7 +68,7 @@ cancelled AS (
     UPDATE {schema}.job AS j
     SET status = 'cancelled', finished_at = now()
     FROM target
-    WHERE j.id = target.id AND target.status = 'pending'
+    WHERE j.id = target.id AND target.status IN ('pending', 'waiting')
     RETURNING j.id
 ),
 signalled AS (

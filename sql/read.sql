@@ -12,7 +12,8 @@ SELECT id, queue, status::text AS status, data::text AS data, priority, attempt,
        preferred_instance_key_pattern, schedule_id, scheduled_for, source_job_id,
        created_at, start_after, started_at, finished_at, expire_at,
        retention_ttl_seconds, output::text AS output, errors::text AS errors, progress,
-       attrs::text AS attrs, cancel_requested_at
+       attrs::text AS attrs, cancel_requested_at,
+       depends_on::text[] AS depends_on, flow_id, flow_key
 FROM {schema}.job
 WHERE id = ANY(%(job_ids)s::uuid[])
 ORDER BY seq DESC;

@@ -258,5 +258,139 @@ CREATE INDEX job_source_job_idx ON "portqueue".job (source_job_id)
 
 UPDATE portqueue.alembic_version SET version_num='0007' WHERE portqueue.alembic_version.version_num = '0006';
 
+-- Running upgrade 0007 -> 0009
+
+ALTER TYPE "portqueue".job_status ADD VALUE IF NOT EXISTS 'waiting';
+
+ALTER TABLE "portqueue".job
+    ADD COLUMN depends_on uuid[],
+    ADD COLUMN on_dependency_failure text,
+    ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+    ADD COLUMN flow_id uuid,
+    ADD COLUMN flow_key text;
+
+-- A finished job's waiting dependents. Partial: jobs without dependencies
+-- (NULL) add no entry.
+CREATE INDEX job_depends_on_idx ON "portqueue".job USING gin (depends_on)
+    WHERE depends_on IS NOT NULL;
+CREATE INDEX job_flow_idx ON "portqueue".job (flow_id, seq) WHERE flow_id IS NOT NULL;
+
+-- Fan-out: publish(topic) adds one job to each subscribed queue.
+CREATE TABLE "portqueue".subscription (
+    topic       text NOT NULL CHECK (char_length(topic) BETWEEN 1 AND 128),
+    queue       text NOT NULL CHECK (char_length(queue) BETWEEN 1 AND 128),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, queue)
+);
+
+CREATE FUNCTION "portqueue".settle_dependents() RETURNS trigger
+LANGUAGE plpgsql AS $$
+DECLARE
+    parent uuid;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;
+    ELSE
+        parent := NEW.id;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.status::text IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
+        -- A retried dependency: the dependents it cancelled wait for it
+        -- again, unless another of their dependencies failed too. Their own
+        -- dependents follow, by this trigger on each of them.
+        PERFORM FROM "portqueue".job AS c
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
+          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
+        ORDER BY c.id
+        FOR UPDATE OF c;
+        UPDATE "portqueue".job AS c
+        SET status = 'waiting', finished_at = NULL
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
+          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
+          AND NOT EXISTS (
+              SELECT FROM unnest(c.depends_on) AS dep (id)
+              LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+              WHERE dep.id <> parent
+                AND coalesce(p.status::text, 'removed')
+                    IN ('failed', 'cancelled', 'expired', 'removed'));
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE'
+       AND NEW.status::text NOT IN ('completed', 'failed', 'cancelled', 'expired') THEN
+        RETURN NULL;
+    END IF;
+    -- Lock first, read the parents after, in a statement of its own: its
+    -- snapshot includes every transaction that held a child's lock before.
+    PERFORM FROM "portqueue".job AS c
+    WHERE c.depends_on @> ARRAY[parent] AND c.status = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE OF c;
+    WITH deps AS (
+        SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+               dep.id AS dep_id, dep.ord,
+               coalesce(p.status::text, 'removed') AS state
+        FROM "portqueue".job AS c
+        CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+        LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'waiting'
+    ),
+    verdicts AS (
+        SELECT d.id, bool_or(d.runs) AS runs,
+               bool_and(d.state = 'completed') AS all_completed,
+               bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired', 'removed'))
+                   AS all_finished,
+               (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                   AS failed_id,
+               (array_agg(d.state ORDER BY d.ord) FILTER (
+                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                   AS failed_state
+        FROM deps AS d
+        GROUP BY d.id
+    ),
+    settled AS (
+        SELECT v.*,
+               v.all_completed OR (v.runs AND v.all_finished) AS released,
+               'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+        FROM verdicts AS v
+        WHERE v.all_completed OR (v.runs AND v.all_finished)
+           OR (NOT v.runs AND v.failed_id IS NOT NULL)
+    )
+    UPDATE "portqueue".job AS c
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        -- The job's own delay counts from its release.
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
+    FROM settled AS s
+    WHERE c.id = s.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON "portqueue".job
+    FOR EACH ROW
+    WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION "portqueue".settle_dependents();
+
+CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON "portqueue".job
+    FOR EACH ROW
+    WHEN (OLD.has_dependents)
+    EXECUTE FUNCTION "portqueue".settle_dependents();
+
+UPDATE portqueue.alembic_version SET version_num='0009' WHERE portqueue.alembic_version.version_num = '0007';
+
 COMMIT;
 

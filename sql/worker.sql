@@ -123,12 +123,20 @@ claimed AS (
               j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
               j.backoff_max_delay_seconds, j.backoff_jitter,
               j.cancel_requested_at IS NOT NULL AS cancel_requested,
-              j.attrs ->> 'traceparent' AS traceparent
+              j.attrs ->> 'traceparent' AS traceparent,
+              -- job.parent_outputs: only a job with dependencies reads them
+              CASE WHEN j.depends_on IS NOT NULL THEN (
+                  SELECT jsonb_object_agg(
+                             CASE WHEN j.flow_id IS NOT NULL AND p.flow_id = j.flow_id
+                                  THEN p.flow_key ELSE p.id::text END,
+                             p.output)::text
+                  FROM {schema}.job AS p WHERE p.id = ANY(j.depends_on)) END
+                  AS parent_outputs_json
 )
 SELECT * FROM claimed
 UNION ALL
 SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
 WHERE c.pattern IS NOT NULL
   AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]));

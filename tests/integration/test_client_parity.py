@@ -73,6 +73,17 @@ SCENARIOS: dict[str, Scenario] = {
     "get_schedules": lambda c, q: (_schedule(c, q), c.get_schedules(queue=q))[1],
     "wait_for_job": lambda c, q: c.wait_for_job(job_id=_cancelled(c, q), timeout_seconds=5),
     "add_job_and_wait": _add_and_wait,
+    # Workflows (SPEC §9): behaviour in tests/integration/test_workflow_*.py.
+    "add_flow": lambda c, q: c.add_flow(jobs=[{"key": "a", "queue": q, "data": 1},
+                                              {"key": "b", "queue": q, "data": 2,
+                                               "depends_on": ["a"]}]),
+    "get_flow": lambda c, q: c.get_flow(
+        flow_id=c.add_flow(jobs=[{"key": "a", "queue": q, "data": 1}]).flow_id),
+    "subscribe": lambda c, q: c.subscribe(topic=f"{q}-topic", queue=q),
+    "unsubscribe": lambda c, q: (c.subscribe(topic=f"{q}-topic", queue=q),
+                                 c.unsubscribe(topic=f"{q}-topic", queue=q))[1],
+    "publish": lambda c, q: (c.subscribe(topic=f"{q}-topic", queue=q),
+                             c.publish(topic=f"{q}-topic", data={"n": 1}))[1],
 }
 # Public coroutine methods tested elsewhere on both clients: the worker's
 # lifecycle (tests/integration/test_worker_*.py, ``harness`` and ``aharness``)

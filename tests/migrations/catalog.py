@@ -91,7 +91,10 @@ def _neutral(value: Any, schema: str) -> Any:
     return value
 
 
-EXPECTED_TABLES = {"alembic_version", "queue", "job", "schedule", "worker"}
+EXPECTED_TABLES = {
+    "alembic_version", "queue", "job", "schedule", "worker",
+    "subscription",  # migration 0009 (workflows)
+}
 
 
 def tables(catalog: dict[str, list[tuple[Any, ...]]]) -> set[str]:
