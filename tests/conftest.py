@@ -121,7 +121,8 @@ def db(pg_dsn: str) -> Iterator[psycopg.Connection[Any]]:
 def schema(migrated_schema: str, db: psycopg.Connection[Any]) -> str:
     """The migrated test schema, emptied: every test starts from no rows."""
     tables = sql.SQL(", ").join(
-        sql.Identifier(migrated_schema, table) for table in ("job", "schedule", "queue", "worker"))
+        sql.Identifier(migrated_schema, table)
+        for table in ("job", "schedule", "queue", "worker", "subscription"))
     db.execute(sql.SQL("TRUNCATE {}").format(tables))
     return migrated_schema
 
