@@ -269,10 +269,20 @@ ALTER TABLE "portqueue".job
     ADD COLUMN flow_id uuid,
     ADD COLUMN flow_key text;
 
--- A finished job's waiting dependents. Partial: jobs without dependencies
--- (NULL) add no entry.
-CREATE INDEX job_depends_on_idx ON "portqueue".job USING gin (depends_on)
-    WHERE depends_on IS NOT NULL;
+-- A finished job's waiting dependents. Partial: only waiting jobs are in
+-- it, so a job without dependencies adds no entry, and a dependent's release
+-- (to pending), claim and completion write none either. No fast update: its
+-- pending list would be read whole by every look-up, one per completion of a
+-- dependency. The predicate names the other statuses, as 'waiting' cannot be
+-- named before this transaction commits; PostgreSQL proves status =
+-- 'waiting' implies it.
+CREATE INDEX job_waiting_on_idx ON "portqueue".job USING gin (depends_on)
+    WITH (fastupdate = off)
+    WHERE depends_on IS NOT NULL
+      AND status NOT IN ('pending', 'active', 'completed', 'failed', 'cancelled', 'expired');
+-- Dependents cancelled by a failed dependency, which retrying it re-arms.
+CREATE INDEX job_cancelled_dependent_idx ON "portqueue".job USING gin (depends_on)
+    WHERE depends_on IS NOT NULL AND status = 'cancelled';
 CREATE INDEX job_flow_idx ON "portqueue".job (flow_id, seq) WHERE flow_id IS NOT NULL;
 
 -- Fan-out: publish(topic) adds one job to each subscribed queue.
@@ -284,16 +294,24 @@ CREATE TABLE "portqueue".subscription (
 );
 
 CREATE FUNCTION "portqueue".settle_dependents() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The statements below take the parent's id as a parameter, and a custom
+-- plan for each call (the default, as the GIN estimates differ) cost more to
+-- plan than to run.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     parent uuid;
+    state text;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         parent := OLD.id;
+        state := 'removed';
     ELSE
         parent := NEW.id;
+        state := NEW.status::text;
     END IF;
-    IF TG_OP = 'UPDATE' AND NEW.status::text IN ('pending', 'waiting')
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
        AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
         -- A retried dependency: the dependents it cancelled wait for it
         -- again, unless another of their dependencies failed too. Their own
@@ -317,16 +335,38 @@ BEGIN
                     IN ('failed', 'cancelled', 'expired', 'removed'));
         RETURN NULL;
     END IF;
-    IF TG_OP = 'UPDATE'
-       AND NEW.status::text NOT IN ('completed', 'failed', 'cancelled', 'expired') THEN
+    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
         RETURN NULL;
     END IF;
-    -- Lock first, read the parents after, in a statement of its own: its
-    -- snapshot includes every transaction that held a child's lock before.
+    -- Dependents waiting for this job alone: its outcome settles them, and no
+    -- other dependency's transaction can race for them. One statement.
+    UPDATE "portqueue".job AS c
+    SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', ('dependency ' || parent || ' ended ' || state),
+                          'dependency_id', parent::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    -- Dependents of several jobs: lock them first, then read their
+    -- dependencies in a statement of its own, whose snapshot includes every
+    -- transaction that held one of these locks before.
     PERFORM FROM "portqueue".job AS c
-    WHERE c.depends_on @> ARRAY[parent] AND c.status = 'waiting'
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
     ORDER BY c.id
     FOR UPDATE OF c;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
     WITH deps AS (
         SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
                dep.id AS dep_id, dep.ord,
@@ -334,7 +374,8 @@ BEGIN
         FROM "portqueue".job AS c
         CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
         LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'waiting'
+        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+          AND c.status = 'waiting'
     ),
     verdicts AS (
         SELECT d.id, bool_or(d.runs) AS runs,
@@ -351,7 +392,7 @@ BEGIN
         GROUP BY d.id
     ),
     settled AS (
-        SELECT v.*,
+        SELECT v.id, v.failed_id,
                v.all_completed OR (v.runs AND v.all_finished) AS released,
                'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
         FROM verdicts AS v
@@ -360,7 +401,6 @@ BEGIN
     )
     UPDATE "portqueue".job AS c
     SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
-        -- The job's own delay counts from its release.
         start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
                            ELSE c.start_after END,
         expire_at = CASE WHEN s.released

@@ -44,10 +44,20 @@ ALTER TABLE {schema}.job
     ADD COLUMN flow_id uuid,
     ADD COLUMN flow_key text;
 
--- A finished job's waiting dependents. Partial: jobs without dependencies
--- (NULL) add no entry.
-CREATE INDEX job_depends_on_idx ON {schema}.job USING gin (depends_on)
-    WHERE depends_on IS NOT NULL;
+-- A finished job's waiting dependents. Partial: only waiting jobs are in
+-- it, so a job without dependencies adds no entry, and a dependent's release
+-- (to pending), claim and completion write none either. No fast update: its
+-- pending list would be read whole by every look-up, one per completion of a
+-- dependency. The predicate names the other statuses, as 'waiting' cannot be
+-- named before this transaction commits; PostgreSQL proves status =
+-- 'waiting' implies it.
+CREATE INDEX job_waiting_on_idx ON {schema}.job USING gin (depends_on)
+    WITH (fastupdate = off)
+    WHERE depends_on IS NOT NULL
+      AND status NOT IN ('pending', 'active', 'completed', 'failed', 'cancelled', 'expired');
+-- Dependents cancelled by a failed dependency, which retrying it re-arms.
+CREATE INDEX job_cancelled_dependent_idx ON {schema}.job USING gin (depends_on)
+    WHERE depends_on IS NOT NULL AND status = 'cancelled';
 CREATE INDEX job_flow_idx ON {schema}.job (flow_id, seq) WHERE flow_id IS NOT NULL;
 
 -- Fan-out: publish(topic) adds one job to each subscribed queue.
@@ -59,16 +69,24 @@ CREATE TABLE {schema}.subscription (
 );
 
 CREATE FUNCTION {schema}.settle_dependents() RETURNS trigger
-LANGUAGE plpgsql AS $$
+LANGUAGE plpgsql
+-- The statements below take the parent's id as a parameter, and a custom
+-- plan for each call (the default, as the GIN estimates differ) cost more to
+-- plan than to run.
+SET plan_cache_mode = force_generic_plan
+AS $$
 DECLARE
     parent uuid;
+    state text;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         parent := OLD.id;
+        state := 'removed';
     ELSE
         parent := NEW.id;
+        state := NEW.status::text;
     END IF;
-    IF TG_OP = 'UPDATE' AND NEW.status::text IN ('pending', 'waiting')
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
        AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
         -- A retried dependency: the dependents it cancelled wait for it
         -- again, unless another of their dependencies failed too. Their own
@@ -92,16 +110,25 @@ BEGIN
                     IN ('failed', 'cancelled', 'expired', 'removed'));
         RETURN NULL;
     END IF;
-    IF TG_OP = 'UPDATE'
-       AND NEW.status::text NOT IN ('completed', 'failed', 'cancelled', 'expired') THEN
+    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
         RETURN NULL;
     END IF;
-    -- Lock first, read the parents after, in a statement of its own: its
-    -- snapshot includes every transaction that held a child's lock before.
+    -- Dependents waiting for this job alone: its outcome settles them, and no
+    -- other dependency's transaction can race for them. One statement.
+    UPDATE {schema}.job AS c
+    {settle_alone}
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    -- Dependents of several jobs: lock them first, then read their
+    -- dependencies in a statement of its own, whose snapshot includes every
+    -- transaction that held one of these locks before.
     PERFORM FROM {schema}.job AS c
-    WHERE c.depends_on @> ARRAY[parent] AND c.status = 'waiting'
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
     ORDER BY c.id
     FOR UPDATE OF c;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
     WITH deps AS (
         SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
                dep.id AS dep_id, dep.ord,
@@ -109,7 +136,8 @@ BEGIN
         FROM {schema}.job AS c
         CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
         LEFT JOIN {schema}.job AS p ON p.id = dep.id
-        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'waiting'
+        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+          AND c.status = 'waiting'
     ),
     verdicts AS (
         SELECT d.id, bool_or(d.runs) AS runs,
@@ -126,7 +154,7 @@ BEGIN
         GROUP BY d.id
     ),
     settled AS (
-        SELECT v.*,
+        SELECT v.id, v.failed_id,
                v.all_completed OR (v.runs AND v.all_finished) AS released,
                'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
         FROM verdicts AS v
@@ -134,21 +162,7 @@ BEGIN
            OR (NOT v.runs AND v.failed_id IS NOT NULL)
     )
     UPDATE {schema}.job AS c
-    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
-        -- The job's own delay counts from its release.
-        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
-                           ELSE c.start_after END,
-        expire_at = CASE WHEN s.released
-                         THEN now() + (c.start_after - c.created_at)
-                              + make_interval(secs => c.expire_in_seconds)
-                         ELSE c.expire_at END,
-        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
-        errors = CASE WHEN s.released THEN c.errors
-                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
-                          'type', 'DependencyFailed', 'message', s.message,
-                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
-                          'at', now())) END,
-        error = CASE WHEN s.released THEN c.error ELSE s.message END
+    {settle_several}
     FROM settled AS s
     WHERE c.id = s.id;
     RETURN NULL;
@@ -182,7 +196,8 @@ DROP TRIGGER job_settle_dependents ON {schema}.job;
 DROP FUNCTION {schema}.settle_dependents();
 DROP TABLE {schema}.subscription;
 DROP INDEX {schema}.job_flow_idx;
-DROP INDEX {schema}.job_depends_on_idx;
+DROP INDEX {schema}.job_cancelled_dependent_idx;
+DROP INDEX {schema}.job_waiting_on_idx;
 ALTER TABLE {schema}.job
     DROP COLUMN flow_key,
     DROP COLUMN flow_id,
@@ -192,8 +207,36 @@ ALTER TABLE {schema}.job
 """
 
 
+# What settling a waiting dependent writes: released, it becomes pending, its
+# own delay counting from now; else it ends cancelled with a DependencyFailed
+# entry naming the dependency. {released}, {message}, {failed_id}: SQL
+# expressions for one dependent (alias c).
+SETTLE = """SET status = CASE WHEN {released} THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN {released} THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN {released}
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN {released} THEN NULL ELSE now() END,
+        errors = CASE WHEN {released} THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', {message},
+                          'dependency_id', {failed_id}::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN {released} THEN c.error ELSE {message} END"""
+
+
 def upgrade() -> None:
-    op.execute(UPGRADE.format(schema=context.config.attributes["quoted_schema"]))
+    schema = context.config.attributes["quoted_schema"]
+    op.execute(UPGRADE.format(
+        schema=schema,
+        settle_alone=SETTLE.format(
+            schema=schema,
+            released="(state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')",
+            message="('dependency ' || parent || ' ended ' || state)", failed_id="parent"),
+        settle_several=SETTLE.format(
+            schema=schema, released="s.released", message="s.message", failed_id="s.failed_id")))
 
 
 def downgrade() -> None:
