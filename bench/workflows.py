@@ -74,7 +74,8 @@ def add_round(dsn: str, schema: str, adds: int) -> tuple[float, float]:
     flow = [{"key": "root", "queue": "adds", "data": {"n": 0}},
             *({"key": f"m{n}", "queue": "adds", "data": {"n": n}, "depends_on": ["root"]}
               for n in range(98)),
-            {"key": "sink", "queue": "adds", "data": {}, "depends_on": [f"m{n}" for n in range(98)]}]
+            {"key": "sink", "queue": "adds", "data": {},
+             "depends_on": [f"m{n}" for n in range(98)]}]
     batch = [{"data": {"n": n}} for n in range(100)]
     flow_times, batch_times = [], []
     with PortQueue(dsn, schema=schema) as pq:
