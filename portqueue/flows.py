@@ -181,6 +181,10 @@ def add_graph(q: Queries, nodes: Sequence[Node], flow_id: str | None
                         "the same schema)")
     statuses, failures = _verdicts(nodes, found)
     depended = {j for node in nodes for j in node.internal}
+    # Dependents of several jobs take the trigger's slower path (lock, then
+    # read every dependency); a job only such dependents' flag asks for it.
+    shared = [node for node in nodes if len(node.parents) + len(node.internal) > 1]
+    shared_internal = {j for node in shared for j in node.internal}
     specs = [node.spec for node in nodes]
     rows = yield q(
         "add_graph_jobs", **_entry_arrays(specs),
@@ -189,6 +193,8 @@ def add_graph(q: Queries, nodes: Sequence[Node], flow_id: str | None
                                for node in nodes]),
         on_dependency_failure=["run" if node.runs else None for node in nodes],
         has_dependents=[index in depended for index in range(len(nodes))],
+        has_shared_dependents=[index in shared_internal for index in range(len(nodes))],
+        shared_parents=sorted({job_id for node in shared for job_id in node.parents}),
         flow_key=[node.key for node in nodes], failure=failures,
         parents=external, flow_id=flow_id)
     return _results(rows, [spec.id for spec in specs])

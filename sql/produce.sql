@@ -348,10 +348,10 @@ graph AS (
     FROM ROWS FROM (
         unnest(%(queue_names)s::text[]), unnest(%(statuses)s::text[]),
         jsonb_array_elements(%(depends_on)s::jsonb), unnest(%(on_dependency_failure)s::text[]),
-        unnest(%(has_dependents)s::boolean[]), unnest(%(flow_key)s::text[]),
-        unnest(%(failure)s::jsonb[])
+        unnest(%(has_dependents)s::boolean[]), unnest(%(has_shared_dependents)s::boolean[]),
+        unnest(%(flow_key)s::text[]), unnest(%(failure)s::jsonb[])
     ) WITH ORDINALITY AS g (queue, status, depends_on, on_dependency_failure, has_dependents,
-                            flow_key, failure, ord)
+                            has_shared_dependents, flow_key, failure, ord)
 ),
 {graph_paused},
 new_queues AS (
@@ -362,8 +362,13 @@ new_queues AS (
     ON CONFLICT DO NOTHING
 ),
 parents AS (
-    UPDATE {schema}.job AS p SET has_dependents = true
-    WHERE p.id = ANY(%(parents)s::uuid[]) AND NOT p.has_dependents
+    UPDATE {schema}.job AS p
+    SET has_dependents = true,
+        has_shared_dependents = p.has_shared_dependents
+                                OR p.id = ANY(%(shared_parents)s::uuid[])
+    WHERE p.id = ANY(%(parents)s::uuid[])
+      AND NOT (p.has_dependents AND (p.has_shared_dependents
+                                     OR NOT p.id = ANY(%(shared_parents)s::uuid[])))
       AND NOT EXISTS (SELECT FROM paused)
 ),
 {graph_insert};
@@ -392,7 +397,8 @@ WITH {entry_from_scalars},
 graph AS (
     SELECT gen_random_uuid() AS id, s.queue, 'pending'::text AS status,
            '[]'::jsonb AS depends_on, NULL::text AS on_dependency_failure,
-           false AS has_dependents, NULL::text AS flow_key, NULL::jsonb AS failure,
+           false AS has_dependents, false AS has_shared_dependents, NULL::text AS flow_key,
+           NULL::jsonb AS failure,
            1::bigint AS ord
     FROM {schema}.subscription AS s
     WHERE s.topic = %(topic)s
@@ -423,8 +429,8 @@ inserted AS (
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, group_id, attrs,
-        depends_on, on_dependency_failure, has_dependents, flow_id, flow_key,
-        finished_at, errors, error)
+        depends_on, on_dependency_failure, has_dependents, has_shared_dependents, flow_id,
+        flow_key, finished_at, errors, error)
     SELECT
         coalesce(g.id, e.id), g.queue, e.payload, g.status::{schema}.job_status,
         coalesce(e.priority, 0),
@@ -439,7 +445,8 @@ inserted AS (
         coalesce(e.attrs, '{{}}'::jsonb),
         CASE WHEN jsonb_array_length(g.depends_on) > 0
              THEN ARRAY(SELECT jsonb_array_elements_text(g.depends_on)::uuid) END,
-        g.on_dependency_failure, g.has_dependents, %(flow_id)s::uuid, g.flow_key,
+        g.on_dependency_failure, g.has_dependents, g.has_shared_dependents, %(flow_id)s::uuid,
+        g.flow_key,
         CASE WHEN g.failure IS NOT NULL THEN now() END,
         CASE WHEN g.failure IS NULL THEN '[]'::jsonb
              ELSE jsonb_build_array(g.failure || jsonb_build_object('at', now())) END,

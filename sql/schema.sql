@@ -266,6 +266,8 @@ ALTER TABLE "portqueue".job
     ADD COLUMN depends_on uuid[],
     ADD COLUMN on_dependency_failure text,
     ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+    -- some dependent waits for other jobs too (the trigger's slower path)
+    ADD COLUMN has_shared_dependents boolean NOT NULL DEFAULT false,
     ADD COLUMN flow_id uuid,
     ADD COLUMN flow_key text;
 
@@ -356,6 +358,10 @@ BEGIN
                           'at', now())) END,
         error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
     WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                 ELSE NEW.has_shared_dependents END) THEN
+        RETURN NULL;
+    END IF;
     -- Dependents of several jobs: lock them first, then read their
     -- dependencies in a statement of its own, whose snapshot includes every
     -- transaction that held one of these locks before.

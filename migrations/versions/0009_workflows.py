@@ -41,6 +41,8 @@ ALTER TABLE {schema}.job
     ADD COLUMN depends_on uuid[],
     ADD COLUMN on_dependency_failure text,
     ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+    -- some dependent waits for other jobs too (the trigger's slower path)
+    ADD COLUMN has_shared_dependents boolean NOT NULL DEFAULT false,
     ADD COLUMN flow_id uuid,
     ADD COLUMN flow_key text;
 
@@ -118,6 +120,10 @@ BEGIN
     UPDATE {schema}.job AS c
     {settle_alone}
     WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                 ELSE NEW.has_shared_dependents END) THEN
+        RETURN NULL;
+    END IF;
     -- Dependents of several jobs: lock them first, then read their
     -- dependencies in a statement of its own, whose snapshot includes every
     -- transaction that held one of these locks before.
@@ -201,6 +207,7 @@ DROP INDEX {schema}.job_waiting_on_idx;
 ALTER TABLE {schema}.job
     DROP COLUMN flow_key,
     DROP COLUMN flow_id,
+    DROP COLUMN has_shared_dependents,
     DROP COLUMN has_dependents,
     DROP COLUMN on_dependency_failure,
     DROP COLUMN depends_on
