@@ -138,12 +138,13 @@ def _order(nodes: Sequence[Node]) -> list[int]:
     return order
 
 
-def _verdicts(nodes: Sequence[Node], found: Mapping[str, str]
+def _verdicts(nodes: Sequence[Node], found: Mapping[str, str], order: Sequence[int]
               ) -> tuple[list[str], list[str | None]]:
-    """Each node's status at add, and its DependencyFailed entry if cancelled."""
+    """Each node's status at add, and its DependencyFailed entry if cancelled;
+    ``order`` is ``_order(nodes)``."""
     statuses: list[str] = [""] * len(nodes)
     failures: list[str | None] = [None] * len(nodes)
-    for index in _order(nodes):
+    for index in order:
         node = nodes[index]
         states = [(job_id, found[job_id]) for job_id in node.parents] + [
             (nodes[j].spec.id, "cancelled" if statuses[j] == "cancelled" else "open")
@@ -164,9 +165,10 @@ def _verdicts(nodes: Sequence[Node], found: Mapping[str, str]
     return statuses, failures
 
 
-def add_graph(q: Queries, nodes: Sequence[Node], flow_id: str | None
-              ) -> Operation[list[AddJobResult]]:
-    """Insert ``nodes`` with their dependencies, one result per node, in order."""
+def add_graph(q: Queries, nodes: Sequence[Node], flow_id: str | None,
+              order: Sequence[int] | None = None) -> Operation[list[AddJobResult]]:
+    """Insert ``nodes`` with their dependencies, one result per node, in order.
+    ``order``: the nodes in dependency order, if the caller has it already."""
     external = sorted({job_id for node in nodes for job_id in node.parents})
     found: dict[str, str] = {}
     if external:
@@ -179,7 +181,7 @@ def add_graph(q: Queries, nodes: Sequence[Node], flow_id: str | None
                         _arg(node.argument, "depends_on"),
                         f"no job {job_id} in this schema (a dependency must be a job of "
                         "the same schema)")
-    statuses, failures = _verdicts(nodes, found)
+    statuses, failures = _verdicts(nodes, found, _order(nodes) if order is None else order)
     depended = {j for node in nodes for j in node.internal}
     # Dependents of several jobs take the trigger's slower path (lock, then
     # read every dependency); a job only such dependents' flag asks for it.
@@ -283,7 +285,6 @@ def add_flow(settings: Settings, jobs: object, declared: Declared | None = None
             raise InvalidArgument(f"{argument}.tx", "a flow takes tx= on add_flow itself")
         queue = validation.queue_name(entry.get("queue"), f"{argument}.queue")
         options = {k: v for k, v in entry.items() if k not in FLOW_KEYS}
-        internal = []
         depends_on = entry.get("depends_on", [])
         if isinstance(depends_on, (str, bytes, Mapping)) or not isinstance(depends_on, Sequence):
             raise InvalidArgument(f"{argument}.depends_on", "must be a list of keys of this flow")
@@ -291,17 +292,17 @@ def add_flow(settings: Settings, jobs: object, declared: Declared | None = None
             if not isinstance(key, str) or key not in keys:
                 raise InvalidArgument(f"{argument}.depends_on",
                                       f"unknown key {key!r}: no job of this flow has it")
-            if keys[key] not in internal:
-                internal.append(keys[key])
+        # dict.fromkeys: each dependency once, in the order given
+        internal = list(dict.fromkeys(keys[key] for key in depends_on))
         nodes.append(Node(
             argument, queue, _spec(settings, options, argument + ".", ids[index], declared, queue),
             [], internal,
             failure_mode(f"{argument}.on_dependency_failure", entry.get("on_dependency_failure")),
             key=entry["key"]))
-    _order(nodes)  # a cycle is refused before anything is sent
+    order = _order(nodes)  # a cycle is refused before anything is sent
     yield from _check_patterns(settings, nodes, "jobs")
     flow_id = uuid7()
-    results = yield from add_graph(settings.queries, nodes, flow_id)
+    results = yield from add_graph(settings.queries, nodes, flow_id, order)
     keyed = zip((node.key or "" for node in nodes), results, strict=True)
     return FlowResult(flow_id=flow_id, jobs=dict(keyed))
 

@@ -10,7 +10,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from portqueue import FlowSnapshot, FlowStatus, JobStatus, PortQueue, QueuePausedError
+from portqueue import FlowResult, FlowSnapshot, FlowStatus, JobStatus, PortQueue, QueuePausedError
 from tests.support.rows import count_jobs, count_rows, job_row
 from tests.support.tx_adapters import CallerTransaction, count_orders
 from tests.support.waiting import wait_until
@@ -137,16 +137,22 @@ def test_a_flow_to_a_paused_queue_is_refused_whole(client: PortQueue, db: Db,
     assert count_jobs(db, schema) == 0
 
 
-def test_a_flow_in_a_rolled_back_transaction_leaves_nothing(
-    caller: CallerTransaction, db: Db, schema: str
-) -> None:
+def order_flow_in_transaction(caller: CallerTransaction) -> FlowResult:
+    """An order written and its two-step flow added, in the caller's open transaction."""
     caller.begin()
     caller.write_order("order-1")
-    flow = caller.client.add_flow(jobs=[
+    flow: FlowResult = caller.client.add_flow(jobs=[
         {"key": "charge", "queue": "payments", "data": {"order": "order-1"}},
         {"key": "ship", "queue": "shipping", "data": {"order": "order-1"},
          "depends_on": ["charge"]},
     ], tx=caller.tx)
+    return flow
+
+
+def test_a_flow_in_a_rolled_back_transaction_leaves_nothing(
+    caller: CallerTransaction, db: Db, schema: str
+) -> None:
+    flow = order_flow_in_transaction(caller)
     assert flow.jobs["ship"].status is JobStatus.WAITING
     caller.rollback()
     assert nothing_written(db, schema) and count_orders(db) == 0
@@ -155,13 +161,7 @@ def test_a_flow_in_a_rolled_back_transaction_leaves_nothing(
 def test_a_flow_in_a_committed_transaction_is_there_whole(
     caller: CallerTransaction, db: Db, schema: str
 ) -> None:
-    caller.begin()
-    caller.write_order("order-1")
-    flow = caller.client.add_flow(jobs=[
-        {"key": "charge", "queue": "payments", "data": {"order": "order-1"}},
-        {"key": "ship", "queue": "shipping", "data": {"order": "order-1"},
-         "depends_on": ["charge"]},
-    ], tx=caller.tx)
+    flow = order_flow_in_transaction(caller)
     caller.commit()
     assert count_jobs(db, schema) == 2 and count_orders(db) == 1
     assert job_row(db, schema, flow.jobs["ship"].job_id)["flow_key"] == "ship"  # type: ignore[arg-type]
