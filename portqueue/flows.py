@@ -31,6 +31,7 @@ from portqueue.operations import (
     _patterns_of,
     _scalar_entry,
     _utc,
+    _with_job_id,
     check_patterns,
     job_snapshot,
 )
@@ -207,7 +208,19 @@ def _results(rows: Rows, ids: Sequence[str]) -> list[AddJobResult]:
         if row["outcome"] == "paused":
             raise QueuePausedError(row["queue"])
     added = {str(row["id"]): row for row in rows}
-    return [_added(added[job_id]) for job_id in ids]
+    # The rows of one statement share its now(), and most a queue and status:
+    # each result is a copy of the first of its kind (operations._with_job_id)
+    # rather than a new frozen dataclass, which costs several times more.
+    templates: dict[tuple[Any, ...], AddJobResult] = {}
+    results = []
+    for job_id in ids:
+        row = added[job_id]
+        kind = (row["queue"], row["status"], row["start_after"], row["created_at"])
+        template = templates.get(kind)
+        if template is None:
+            template = templates[kind] = _added(row)
+        results.append(_with_job_id(template, job_id))
+    return results
 
 
 def _added(row: Mapping[str, Any]) -> AddJobResult:
