@@ -66,8 +66,9 @@ def empty(dsn: str, schema: str) -> None:
 def drain(dsn: str, schema: str, root: Path) -> tuple[float, float]:
     """Wall seconds, and the database's backend CPU seconds, of one drain."""
     out = subprocess.run([sys.executable, str(ROOT / "bench" / "workflows_child.py"), dsn,
-                          schema], env=checkout_env(root), check=True, capture_output=True,
-                         text=True)
+                          schema], env=checkout_env(root), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"the drain of {root} failed:\n{out.stderr[-3000:]}")
     wall, cpu = out.stdout.strip().splitlines()[-1].split()
     return float(wall), int(cpu) / 1e9
 
