@@ -295,113 +295,78 @@ CREATE TABLE "portqueue".subscription (
     PRIMARY KEY (topic, queue)
 );
 
--- Settling is batched per statement: the row trigger only notes each job
--- with dependents whose status changed (in a transaction-local setting,
--- portqueue_settled.portqueue), and the statement trigger settles all their dependents with
--- one UPDATE or two. An UPDATE statement of its own per completed row cost a
--- release several times a plain completion (docs/performance.md). A
--- statement with nothing noted skips the statement trigger in its WHEN, so
--- jobs without dependents pay for neither function.
-CREATE FUNCTION "portqueue".note_dependency_settled() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    noted text;
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        noted := OLD.id || ':removed:' || OLD.has_shared_dependents;
-    ELSIF NEW.finished_at IS NULL AND OLD.finished_at IS NOT NULL THEN
-        -- retried (a finished job back to pending): re-arm what it cancelled
-        noted := NEW.id || ':rearm:false';
-    ELSIF NEW.finished_at IS NOT NULL AND OLD.finished_at IS NULL THEN
-        noted := NEW.id || ':' || NEW.status || ':' || NEW.has_shared_dependents;
-    ELSE
-        RETURN NULL;
-    END IF;
-    PERFORM set_config('portqueue_settled.portqueue',
-                       coalesce(current_setting('portqueue_settled.portqueue', true), '') || noted || ',', true);
-    RETURN NULL;
-END
-$$;
-
 CREATE FUNCTION "portqueue".settle_dependents() RETURNS trigger
 LANGUAGE plpgsql
--- The statements below take arrays as parameters, and a custom plan for each
--- call (the default, as the GIN estimates differ) cost more to plan than to
--- run.
+-- The statements below take the parent's id as a parameter, and a custom
+-- plan for each call (the default, as the GIN estimates differ) cost more to
+-- plan than to run.
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    noted text[];
-    ids uuid[];
-    states text[];
-    shared uuid[];
-    rearmed uuid[];
+    parent uuid;
+    state text;
 BEGIN
-    IF coalesce(current_setting('portqueue_settled.portqueue', true), '') = '' THEN
-        RETURN NULL;
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;
+        state := 'removed';
+    ELSE
+        parent := NEW.id;
+        state := NEW.status::text;
     END IF;
-    noted := string_to_array(rtrim(current_setting('portqueue_settled.portqueue', true), ','), ',');
-    -- Cleared first: the UPDATEs below note the dependents they end, whose
-    -- own dependents this trigger settles again, at the end of each of them.
-    PERFORM set_config('portqueue_settled.portqueue', '', true);
-    SELECT array_agg(split_part(n, ':', 1)::uuid) FILTER (WHERE split_part(n, ':', 2) <> 'rearm'),
-           array_agg(split_part(n, ':', 2)) FILTER (WHERE split_part(n, ':', 2) <> 'rearm'),
-           array_agg(split_part(n, ':', 1)::uuid) FILTER (WHERE split_part(n, ':', 3) = 'true'),
-           array_agg(split_part(n, ':', 1)::uuid) FILTER (WHERE split_part(n, ':', 2) = 'rearm')
-    INTO ids, states, shared, rearmed
-    FROM unnest(noted) AS n;
-    IF rearmed IS NOT NULL THEN
-        -- Retried dependencies: the dependents they cancelled wait for them
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
+        -- A retried dependency: the dependents it cancelled wait for it
         -- again, unless another of their dependencies failed too. Their own
-        -- dependents follow, by these triggers on each of them.
+        -- dependents follow, by this trigger on each of them.
         PERFORM FROM "portqueue".job AS c
-        WHERE c.depends_on && rearmed AND c.status = 'cancelled'
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
           AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
-          AND (c.errors -> -1 ->> 'dependency_id')::uuid = ANY(rearmed)
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
         ORDER BY c.id
         FOR UPDATE OF c;
         UPDATE "portqueue".job AS c
         SET status = 'waiting', finished_at = NULL
-        WHERE c.depends_on && rearmed AND c.status = 'cancelled'
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
           AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
-          AND (c.errors -> -1 ->> 'dependency_id')::uuid = ANY(rearmed)
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
           AND NOT EXISTS (
               SELECT FROM unnest(c.depends_on) AS dep (id)
               LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-              WHERE dep.id::text <> c.errors -> -1 ->> 'dependency_id'
+              WHERE dep.id <> parent
                 AND coalesce(p.status::text, 'removed')
                     IN ('failed', 'cancelled', 'expired', 'removed'));
-    END IF;
-    IF ids IS NULL THEN
         RETURN NULL;
     END IF;
-    -- Dependents waiting for one job alone: its outcome settles them, and no
+    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents waiting for this job alone: its outcome settles them, and no
     -- other dependency's transaction can race for them. One statement.
     UPDATE "portqueue".job AS c
-    SET status = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
-        start_after = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+    SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
                            ELSE c.start_after END,
-        expire_at = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+        expire_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
                          THEN now() + (c.start_after - c.created_at)
                               + make_interval(secs => c.expire_in_seconds)
                          ELSE c.expire_at END,
-        finished_at = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
-        errors = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+        finished_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
                       ELSE c.errors || jsonb_build_array(jsonb_build_object(
-                          'type', 'DependencyFailed', 'message', ('dependency ' || p.id || ' ended ' || p.state),
-                          'dependency_id', p.id::text, 'attempt', c.attempt,
+                          'type', 'DependencyFailed', 'message', ('dependency ' || parent || ' ended ' || state),
+                          'dependency_id', parent::text, 'attempt', c.attempt,
                           'at', now())) END,
-        error = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || p.id || ' ended ' || p.state) END
-    FROM unnest(ids, states) AS p (id, state)
-    WHERE c.depends_on = ARRAY[p.id] AND c.status = 'waiting';
-    IF shared IS NULL THEN
+        error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                 ELSE NEW.has_shared_dependents END) THEN
         RETURN NULL;
     END IF;
     -- Dependents of several jobs: lock them first, then read their
     -- dependencies in a statement of its own, whose snapshot includes every
     -- transaction that held one of these locks before.
     PERFORM FROM "portqueue".job AS c
-    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
       AND c.status = 'waiting'
     ORDER BY c.id
     FOR UPDATE OF c;
@@ -415,7 +380,7 @@ BEGIN
         FROM "portqueue".job AS c
         CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
         LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-        WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
           AND c.status = 'waiting'
     ),
     verdicts AS (
@@ -461,22 +426,14 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER job_note_settled AFTER UPDATE OF status ON "portqueue".job
+CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON "portqueue".job
     FOR EACH ROW
     WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION "portqueue".note_dependency_settled();
-
-CREATE TRIGGER job_note_removed AFTER DELETE ON "portqueue".job
-    FOR EACH ROW
-    WHEN (OLD.has_dependents)
-    EXECUTE FUNCTION "portqueue".note_dependency_settled();
-
-CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON "portqueue".job
-    FOR EACH STATEMENT
     EXECUTE FUNCTION "portqueue".settle_dependents();
 
 CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON "portqueue".job
-    FOR EACH STATEMENT
+    FOR EACH ROW
+    WHEN (OLD.has_dependents)
     EXECUTE FUNCTION "portqueue".settle_dependents();
 
 UPDATE portqueue.alembic_version SET version_num='0009' WHERE portqueue.alembic_version.version_num = '0007';

@@ -70,100 +70,65 @@ CREATE TABLE {schema}.subscription (
     PRIMARY KEY (topic, queue)
 );
 
--- Settling is batched per statement: the row trigger only notes each job
--- with dependents whose status changed (in a transaction-local setting,
--- {setting}), and the statement trigger settles all their dependents with
--- one UPDATE or two. An UPDATE statement of its own per completed row cost a
--- release several times a plain completion (docs/performance.md). A
--- statement with nothing noted skips the statement trigger in its WHEN, so
--- jobs without dependents pay for neither function.
-CREATE FUNCTION {schema}.note_dependency_settled() RETURNS trigger
-LANGUAGE plpgsql AS $$
-DECLARE
-    noted text;
-BEGIN
-    IF TG_OP = 'DELETE' THEN
-        noted := OLD.id || ':removed:' || OLD.has_shared_dependents;
-    ELSIF NEW.finished_at IS NULL AND OLD.finished_at IS NOT NULL THEN
-        -- retried (a finished job back to pending): re-arm what it cancelled
-        noted := NEW.id || ':rearm:false';
-    ELSIF NEW.finished_at IS NOT NULL AND OLD.finished_at IS NULL THEN
-        noted := NEW.id || ':' || NEW.status || ':' || NEW.has_shared_dependents;
-    ELSE
-        RETURN NULL;
-    END IF;
-    PERFORM set_config('{setting}',
-                       coalesce(current_setting('{setting}', true), '') || noted || ',', true);
-    RETURN NULL;
-END
-$$;
-
 CREATE FUNCTION {schema}.settle_dependents() RETURNS trigger
 LANGUAGE plpgsql
--- The statements below take arrays as parameters, and a custom plan for each
--- call (the default, as the GIN estimates differ) cost more to plan than to
--- run.
+-- The statements below take the parent's id as a parameter, and a custom
+-- plan for each call (the default, as the GIN estimates differ) cost more to
+-- plan than to run.
 SET plan_cache_mode = force_generic_plan
 AS $$
 DECLARE
-    noted text[];
-    ids uuid[];
-    states text[];
-    shared uuid[];
-    rearmed uuid[];
+    parent uuid;
+    state text;
 BEGIN
-    IF coalesce(current_setting('{setting}', true), '') = '' THEN
-        RETURN NULL;
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;
+        state := 'removed';
+    ELSE
+        parent := NEW.id;
+        state := NEW.status::text;
     END IF;
-    noted := string_to_array(rtrim(current_setting('{setting}', true), ','), ',');
-    -- Cleared first: the UPDATEs below note the dependents they end, whose
-    -- own dependents this trigger settles again, at the end of each of them.
-    PERFORM set_config('{setting}', '', true);
-    SELECT array_agg(split_part(n, ':', 1)::uuid) FILTER (WHERE split_part(n, ':', 2) <> 'rearm'),
-           array_agg(split_part(n, ':', 2)) FILTER (WHERE split_part(n, ':', 2) <> 'rearm'),
-           array_agg(split_part(n, ':', 1)::uuid) FILTER (WHERE split_part(n, ':', 3) = 'true'),
-           array_agg(split_part(n, ':', 1)::uuid) FILTER (WHERE split_part(n, ':', 2) = 'rearm')
-    INTO ids, states, shared, rearmed
-    FROM unnest(noted) AS n;
-    IF rearmed IS NOT NULL THEN
-        -- Retried dependencies: the dependents they cancelled wait for them
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
+        -- A retried dependency: the dependents it cancelled wait for it
         -- again, unless another of their dependencies failed too. Their own
-        -- dependents follow, by these triggers on each of them.
+        -- dependents follow, by this trigger on each of them.
         PERFORM FROM {schema}.job AS c
-        WHERE c.depends_on && rearmed AND c.status = 'cancelled'
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
           AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
-          AND (c.errors -> -1 ->> 'dependency_id')::uuid = ANY(rearmed)
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
         ORDER BY c.id
         FOR UPDATE OF c;
         UPDATE {schema}.job AS c
         SET status = 'waiting', finished_at = NULL
-        WHERE c.depends_on && rearmed AND c.status = 'cancelled'
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
           AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
-          AND (c.errors -> -1 ->> 'dependency_id')::uuid = ANY(rearmed)
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
           AND NOT EXISTS (
               SELECT FROM unnest(c.depends_on) AS dep (id)
               LEFT JOIN {schema}.job AS p ON p.id = dep.id
-              WHERE dep.id::text <> c.errors -> -1 ->> 'dependency_id'
+              WHERE dep.id <> parent
                 AND coalesce(p.status::text, 'removed')
                     IN ('failed', 'cancelled', 'expired', 'removed'));
-    END IF;
-    IF ids IS NULL THEN
         RETURN NULL;
     END IF;
-    -- Dependents waiting for one job alone: its outcome settles them, and no
+    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents waiting for this job alone: its outcome settles them, and no
     -- other dependency's transaction can race for them. One statement.
     UPDATE {schema}.job AS c
     {settle_alone}
-    FROM unnest(ids, states) AS p (id, state)
-    WHERE c.depends_on = ARRAY[p.id] AND c.status = 'waiting';
-    IF shared IS NULL THEN
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                 ELSE NEW.has_shared_dependents END) THEN
         RETURN NULL;
     END IF;
     -- Dependents of several jobs: lock them first, then read their
     -- dependencies in a statement of its own, whose snapshot includes every
     -- transaction that held one of these locks before.
     PERFORM FROM {schema}.job AS c
-    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
       AND c.status = 'waiting'
     ORDER BY c.id
     FOR UPDATE OF c;
@@ -177,7 +142,7 @@ BEGIN
         FROM {schema}.job AS c
         CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
         LEFT JOIN {schema}.job AS p ON p.id = dep.id
-        WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
           AND c.status = 'waiting'
     ),
     verdicts AS (
@@ -210,22 +175,14 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER job_note_settled AFTER UPDATE OF status ON {schema}.job
+CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON {schema}.job
     FOR EACH ROW
     WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status)
-    EXECUTE FUNCTION {schema}.note_dependency_settled();
-
-CREATE TRIGGER job_note_removed AFTER DELETE ON {schema}.job
-    FOR EACH ROW
-    WHEN (OLD.has_dependents)
-    EXECUTE FUNCTION {schema}.note_dependency_settled();
-
-CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON {schema}.job
-    FOR EACH STATEMENT
     EXECUTE FUNCTION {schema}.settle_dependents();
 
 CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON {schema}.job
-    FOR EACH STATEMENT
+    FOR EACH ROW
+    WHEN (OLD.has_dependents)
     EXECUTE FUNCTION {schema}.settle_dependents()
 """
 
@@ -242,10 +199,7 @@ END
 $$;
 DROP TRIGGER job_removed_settle_dependents ON {schema}.job;
 DROP TRIGGER job_settle_dependents ON {schema}.job;
-DROP TRIGGER job_note_removed ON {schema}.job;
-DROP TRIGGER job_note_settled ON {schema}.job;
 DROP FUNCTION {schema}.settle_dependents();
-DROP FUNCTION {schema}.note_dependency_settled();
 DROP TABLE {schema}.subscription;
 DROP INDEX {schema}.job_flow_idx;
 DROP INDEX {schema}.job_cancelled_dependent_idx;
@@ -284,12 +238,10 @@ def upgrade() -> None:
     schema = context.config.attributes["quoted_schema"]
     op.execute(UPGRADE.format(
         schema=schema,
-        # The jobs a statement settled, per schema (its name is an identifier).
-        setting=f"portqueue_settled.{context.config.attributes['schema']}",
         settle_alone=SETTLE.format(
             schema=schema,
-            released="(p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')",
-            message="('dependency ' || p.id || ' ended ' || p.state)", failed_id="p.id"),
+            released="(state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')",
+            message="('dependency ' || parent || ' ended ' || state)", failed_id="parent"),
         settle_several=SETTLE.format(
             schema=schema, released="s.released", message="s.message", failed_id="s.failed_id")))
 
