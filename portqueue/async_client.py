@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from portqueue import operations, pull, validation
+from portqueue import flows, operations, pull, validation
 from portqueue.availability import is_unavailable, unavailable
 from portqueue.client_events import fire_async
 from portqueue.driver import (
@@ -45,6 +45,8 @@ from portqueue.types import (
     Debounce,
     DrainResult,
     FetchedJob,
+    FlowResult,
+    FlowSnapshot,
     JobSnapshot,
     JobStatus,
     Page,
@@ -275,6 +277,7 @@ class AsyncPortQueue:
         partition_key: str | None = None,
         throttle: Throttle | Mapping[str, Any] | None = None,
         debounce: Debounce | Mapping[str, Any] | None = None,
+        depends_on: Sequence[str] | None = None,
         tx: object = None,
     ) -> AddJobResult:
         """Add one job to ``queue`` (created on first use), or a recurring schedule.
@@ -303,6 +306,10 @@ class AsyncPortQueue:
         the window's later adds; ``debounce`` (``Debounce``) keeps one pending job
         per key, each add replacing its data and moving its start (``"DEBOUNCE"``).
         Neither combines with ``idempotency_key``, ``singleton_key`` or ``schedule``.
+
+        ``depends_on`` (job ids of this schema): the job is added ``waiting``
+        and becomes ``pending`` when every one of them has completed (at once
+        if they all have); see docs/workflows.md.
         """
         options = {
             "queue": queue, "data": data, "schedule": schedule, "priority": priority,
@@ -313,6 +320,10 @@ class AsyncPortQueue:
             "group_id": group_id,
             "partition_key": partition_key, "throttle": throttle, "debounce": debounce,
         }
+        if depends_on is not None:
+            return await self._run(flows.add_dependent_job(
+                self._settings, options, depends_on, self._registry.add_defaults), tx,
+                atomic=True)
         with hooks.adding(queue, self._settings.dsn) as scope:  # the add span and counter
             result = await self._run(
                 operations.add_job(self._settings, options, scope.attrs,
@@ -334,6 +345,10 @@ class AsyncPortQueue:
         entries are rejected, and so are entries naming different ``tx``.
         """
         chosen_tx = batch_tx(tx, jobs)
+        if flows.has_dependencies(jobs):  # entries with depends_on (docs/workflows.md)
+            return await self._run(flows.add_dependent_jobs(
+                self._settings, queue, jobs, self._registry.add_defaults), chosen_tx,
+                atomic=True)
         with hooks.adding(queue, self._settings.dsn, batch=True) as scope:
             operation = operations.add_job_batch(
                 self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None,
@@ -341,6 +356,59 @@ class AsyncPortQueue:
             results = await self._run(operation, chosen_tx, atomic=True)
             scope.added(results)
         return results
+
+    # --- workflows (SPEC §9, docs/workflows.md) ---
+
+    async def add_flow(
+        self, *, jobs: Sequence[Mapping[str, Any]], tx: object = None
+    ) -> FlowResult:
+        """Add a graph of jobs atomically: each entry has a ``key``, a ``queue``,
+        ``data``, optional ``depends_on`` (keys of this flow),
+        ``on_dependency_failure`` (``"cancel"``, the default, or ``"run"``) and
+        add_job's options. Unknown keys and cycles raise ``ValueError``, with
+        nothing written."""
+        return await self._run(
+            flows.add_flow(self._settings, jobs, self._registry.add_defaults), tx, atomic=True)
+
+    async def get_flow(self, *, flow_id: str, tx: object = None) -> FlowSnapshot | None:
+        """The flow's status and its jobs by key, or ``None`` if no job has ``flow_id``."""
+        return await self._run(flows.get_flow(self._settings, flow_id), tx)
+
+    async def subscribe(self, *, topic: str, queue: str, tx: object = None) -> bool:
+        """Make ``publish(topic=...)`` add a job to ``queue``; ``False`` if it did already."""
+        return await self._run(flows.subscribe(self._settings, topic, queue), tx)
+
+    async def unsubscribe(self, *, topic: str, queue: str, tx: object = None) -> bool:
+        """Undo ``subscribe``; ``False`` if there was no such subscription."""
+        return await self._run(flows.unsubscribe(self._settings, topic, queue), tx)
+
+    async def publish(
+        self,
+        *,
+        topic: str,
+        data: Any,
+        priority: int = 0,
+        retry: RetryPolicy | Mapping[str, Any] | None = None,
+        expire_in_seconds: int | None = None,
+        retention: Retention | Mapping[str, Any] | None = None,
+        timeout_seconds: int | None = None,
+        preferred_instance_key_pattern: str | None = None,
+        group_id: str | None = None,
+        schedule: Schedule | Mapping[str, Any] | None = None,
+        tx: object = None,
+    ) -> list[AddJobResult]:
+        """Add one job to every queue subscribed to ``topic``, in one statement;
+        their results by queue name (an empty list when nobody subscribes). The
+        options apply to each job."""
+        options = {
+            "data": data, "schedule": schedule, "priority": priority, "retry": retry,
+            "expire_in_seconds": expire_in_seconds, "retention": retention,
+            "timeout_seconds": timeout_seconds,
+            "preferred_instance_key_pattern": preferred_instance_key_pattern,
+            "group_id": group_id,
+        }
+        return await self._run(flows.publish(self._settings, topic, options), tx,
+                               atomic=preferred_instance_key_pattern is not None)
 
     # --- managing ---
 

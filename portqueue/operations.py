@@ -166,6 +166,9 @@ def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
         scheduled_for=_optional_utc(row["scheduled_for"]),
         retention_completed_ttl_seconds=row["retention_completed_ttl_seconds"],
         retention_failed_ttl_seconds=row["retention_failed_ttl_seconds"],
+        # Readers without the workflow columns (an older query) get the defaults.
+        depends_on=[_id(job_id) for job_id in row.get("depends_on") or ()],
+        flow_id=_optional_id(row.get("flow_id")),
     )
 
 
@@ -1052,7 +1055,7 @@ def _bulk_target(
     return validation.queue_name(queue), checked
 
 
-CANCELLABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.ACTIVE})
+CANCELLABLE_STATUSES = frozenset({JobStatus.PENDING, JobStatus.WAITING, JobStatus.ACTIVE})
 
 
 def retry_many(settings: Settings, job_ids: object, queue: object,

@@ -11,7 +11,7 @@ T = TypeVar("T")
 
 
 class JobStatus(str, Enum):
-    """A job's place in its life; the same six values as the ``job_status`` SQL enum."""
+    """A job's place in its life; the same values as the ``job_status`` SQL enum."""
 
     PENDING = "pending"
     ACTIVE = "active"
@@ -19,6 +19,8 @@ class JobStatus(str, Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+    # Added with dependencies not all completed yet; never claimed (SPEC §9).
+    WAITING = "waiting"
 
     @property
     def finished(self) -> bool:
@@ -235,6 +237,9 @@ class JobSnapshot:
     scheduled_for: datetime | None
     retention_completed_ttl_seconds: int | None = None
     retention_failed_ttl_seconds: int | None = None
+    # Workflows (SPEC §9): the jobs this one waits for, and the flow it belongs to.
+    depends_on: list[str] = field(default_factory=list)
+    flow_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -368,3 +373,32 @@ class DrainResult:
     retried: int = 0
     cancelled: int = 0
     snoozed: int = 0
+
+
+# --- workflows (SPEC §9) ---
+
+
+class FlowStatus(str, Enum):
+    """``RUNNING`` until every job of the flow has finished; then ``COMPLETED`` when
+    all completed, else ``FAILED``."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    """What ``add_flow`` added: the flow's id and each entry's result, by its key."""
+
+    flow_id: str
+    jobs: dict[str, AddJobResult]
+
+
+@dataclass(frozen=True)
+class FlowSnapshot:
+    """A flow as read: its status and each job's snapshot, by its key."""
+
+    flow_id: str
+    status: FlowStatus
+    jobs: dict[str, JobSnapshot]

@@ -264,6 +264,11 @@ doomed AS (
                       WHERE dead_letter_copy.source_job_id = j.id)
       AND NOT (j.notify_finished
                AND j.finished_at > now() - make_interval(secs => %(waited_grace_seconds)s))
+      -- a dependency whose dependents still wait: they read its output when they run
+      AND NOT (j.has_dependents
+               AND EXISTS (SELECT FROM {schema}.job AS dependent
+                           WHERE dependent.depends_on @> ARRAY[j.id]
+                             AND dependent.status = 'waiting'))
     ORDER BY j.id
     FOR UPDATE OF j SKIP LOCKED
 ),

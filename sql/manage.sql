@@ -33,14 +33,14 @@ ROLLBACK TO SAVEPOINT portqueue_retry;
 -- unknown or active.
 SELECT j.id, j.queue, j.status::text AS status, j.start_after
 FROM {schema}.job AS j
-WHERE j.id = %(job_id)s AND j.status = 'pending'
+WHERE j.id = %(job_id)s AND j.status IN ('pending', 'waiting')
 UNION ALL
 SELECT other.id, other.queue, other.status::text AS status, other.start_after
 FROM {schema}.job AS j
 JOIN {schema}.job AS other
   ON other.queue = j.queue AND other.singleton_key = j.singleton_key
  AND other.status IN ('pending', 'active') AND other.id <> j.id
-WHERE j.id = %(job_id)s AND j.status NOT IN ('active', 'pending');
+WHERE j.id = %(job_id)s AND j.status NOT IN ('active', 'pending', 'waiting');
 
 -- name: cancel_job
 -- pending -> cancelled at once; active -> the cancel request is recorded and
@@ -160,7 +160,7 @@ status = 'pending',
 -- fragment: rearmable
 -- Which rows (named j) retry_job and retry_jobs may re-arm: settled ones,
 -- and no singleton job while another live job holds its key.
-j.status NOT IN ('active', 'pending')
+j.status NOT IN ('active', 'pending', 'waiting')
   AND (j.singleton_key IS NULL OR NOT EXISTS (
         SELECT FROM {schema}.job AS other
         WHERE other.queue = j.queue AND other.singleton_key = j.singleton_key
@@ -172,7 +172,7 @@ j.status NOT IN ('active', 'pending')
 WITH chosen AS (
     SELECT j.id, j.queue, j.singleton_key, j.seq
     FROM {schema}.job AS j
-    WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.status NOT IN ('active', 'pending')
+    WHERE j.id = ANY(%(job_ids)s::uuid[]) AND j.status NOT IN ('active', 'pending', 'waiting')
 ),
 {retry_chosen}
 
@@ -182,7 +182,7 @@ WITH chosen AS (
     SELECT j.id, j.queue, j.singleton_key, j.seq
     FROM {schema}.job AS j
     WHERE j.queue = %(queue)s AND j.status::text = ANY(%(statuses)s::text[])
-      AND j.status NOT IN ('active', 'pending')
+      AND j.status NOT IN ('active', 'pending', 'waiting')
 ),
 {retry_chosen}
 
@@ -222,7 +222,7 @@ WITH target AS (
 {cancel_targets}
 
 -- name: cancel_jobs_by_status
--- statuses holds only 'pending' and 'active' (validated before this runs).
+-- statuses holds only 'pending', 'waiting' and 'active' (validated before this runs).
 WITH target AS (
     SELECT id, status FROM {schema}.job
     WHERE queue = %(queue)s AND status::text = ANY(%(statuses)s::text[])
@@ -240,7 +240,7 @@ cancelled AS (
     UPDATE {schema}.job AS j
     SET status = 'cancelled', finished_at = now()
     FROM target
-    WHERE j.id = target.id AND target.status = 'pending'
+    WHERE j.id = target.id AND target.status IN ('pending', 'waiting')
     RETURNING j.id
 ),
 signalled AS (
@@ -258,7 +258,7 @@ signalled AS (
 {cancel_writes}
 SELECT (SELECT coalesce(array_agg(id::text), '{{}}') FROM cancelled) AS cancelled_ids,
        (SELECT count(*) FROM signalled) AS signalled,
-       (SELECT count(*) FROM target WHERE status NOT IN ('pending', 'active'))
+       (SELECT count(*) FROM target WHERE status NOT IN ('pending', 'waiting', 'active'))
            AS already_finished,
        (SELECT count(*) FROM target) AS found;
 

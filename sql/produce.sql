@@ -406,3 +406,150 @@ FROM inserted
 UNION ALL
 SELECT 'paused', NULL::text, NULL::text, NULL::timestamptz, NULL::timestamptz
 FROM defaults WHERE paused = 'all'
+
+-- Workflows (SPEC §9): jobs that depend on others, flows, fan-out by topic.
+-- Dependent jobs take statements of their own, so the adds above stay as
+-- they are for every job without dependencies.
+
+-- name: lock_dependencies
+-- The existing jobs that jobs about to be added depend on, locked until the
+-- add commits: a dependency's completion waits for the add, then finds the
+-- new dependents (settle_dependents); or the add waits for the completion,
+-- then reads it completed and counts it done. Read before anything is
+-- written, so an unknown id is refused with nothing written.
+SELECT id::text AS id, status::text AS status
+FROM {schema}.job
+WHERE id = ANY(%(job_ids)s::uuid[])
+ORDER BY id
+FOR NO KEY UPDATE;
+
+-- name: add_graph_jobs
+-- Jobs of any queues with their dependencies, in one statement: the client
+-- decided each entry's status (waiting, pending, or cancelled with a
+-- DependencyFailed entry in failure) from the locked dependencies, and which
+-- entries others of the batch depend on (has_dependents). A queue paused for
+-- adds refuses the whole batch.
+WITH {entries_from_arrays},
+graph AS (
+    SELECT NULL::uuid AS id, g.*
+    FROM ROWS FROM (
+        unnest(%(queue_names)s::text[]), unnest(%(statuses)s::text[]),
+        jsonb_array_elements(%(depends_on)s::jsonb), unnest(%(on_dependency_failure)s::text[]),
+        unnest(%(has_dependents)s::boolean[]), unnest(%(has_shared_dependents)s::boolean[]),
+        unnest(%(flow_key)s::text[]), unnest(%(failure)s::jsonb[])
+    ) WITH ORDINALITY AS g (queue, status, depends_on, on_dependency_failure, has_dependents,
+                            has_shared_dependents, flow_key, failure, ord)
+),
+{graph_paused},
+new_queues AS (
+    INSERT INTO {schema}.queue (name)
+    SELECT DISTINCT g.queue FROM graph AS g
+    WHERE NOT EXISTS (SELECT FROM {schema}.queue AS q WHERE q.name = g.queue)
+      AND NOT EXISTS (SELECT FROM paused)
+    ON CONFLICT DO NOTHING
+),
+parents AS (
+    UPDATE {schema}.job AS p
+    SET has_dependents = true,
+        has_shared_dependents = p.has_shared_dependents
+                                OR p.id = ANY(%(shared_parents)s::uuid[])
+    WHERE p.id = ANY(%(parents)s::uuid[])
+      AND NOT (p.has_dependents AND (p.has_shared_dependents
+                                     OR NOT p.id = ANY(%(shared_parents)s::uuid[])))
+      AND NOT EXISTS (SELECT FROM paused)
+),
+{graph_insert};
+
+-- name: subscribe
+-- The queue's row is created too, so publish finds every subscriber's
+-- defaults (and pause) in it.
+WITH new_queue AS (
+    INSERT INTO {schema}.queue (name) VALUES (%(queue)s) ON CONFLICT DO NOTHING
+),
+added AS (
+    INSERT INTO {schema}.subscription (topic, queue) VALUES (%(topic)s, %(queue)s)
+    ON CONFLICT DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) AS added FROM added;
+
+-- name: unsubscribe
+DELETE FROM {schema}.subscription WHERE topic = %(topic)s AND queue = %(queue)s RETURNING 1;
+
+-- name: publish
+-- One job for each queue subscribed to the topic, in one statement; none
+-- when nobody subscribes. Each copy gets an id of its own here (the client
+-- cannot know how many there are).
+WITH {entry_from_scalars},
+graph AS (
+    SELECT gen_random_uuid() AS id, s.queue, 'pending'::text AS status,
+           '[]'::jsonb AS depends_on, NULL::text AS on_dependency_failure,
+           false AS has_dependents, false AS has_shared_dependents, NULL::text AS flow_key,
+           NULL::jsonb AS failure,
+           1::bigint AS ord
+    FROM {schema}.subscription AS s
+    WHERE s.topic = %(topic)s
+),
+{graph_paused},
+{graph_insert};
+
+-- name: flow_jobs
+-- Every job of a flow, in insertion order, with its key in the flow.
+SELECT id
+FROM {schema}.job
+WHERE flow_id = %(flow_id)s
+ORDER BY seq;
+
+-- fragment: graph_paused
+paused AS (
+    SELECT q.name FROM {schema}.queue AS q
+    WHERE q.name IN (SELECT g.queue FROM graph AS g) AND q.paused = 'all'
+)
+
+-- fragment: graph_insert
+-- The INSERT of entries (alias e) zipped with their graph columns (alias g)
+-- and their queues' defaults (alias d), and its result rows.
+inserted AS (
+    INSERT INTO {schema}.job AS j (
+        id, queue, data, status, priority, start_after,
+        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
+        backoff_max_delay_seconds, backoff_jitter,
+        expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        depends_on, on_dependency_failure, has_dependents, has_shared_dependents, flow_id,
+        flow_key, finished_at, errors, error)
+    SELECT
+        coalesce(g.id, e.id), g.queue, e.payload, g.status::{schema}.job_status,
+        coalesce(e.priority, 0),
+        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
+        {resolved_retry_policy},
+        coalesce(e.expire_in_seconds, d.expire_in_seconds),
+        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::double precision
+                                      + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
+        e.retention_ttl_seconds,
+        coalesce(e.timeout_seconds, d.timeout_seconds),
+        e.preferred_instance_key_pattern, e.group_id,
+        coalesce(e.attrs, '{{}}'::jsonb),
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        CASE WHEN jsonb_array_length(g.depends_on) > 0
+             THEN ARRAY(SELECT jsonb_array_elements_text(g.depends_on)::uuid) END,
+        g.on_dependency_failure, g.has_dependents, g.has_shared_dependents, %(flow_id)s::uuid,
+        g.flow_key,
+        CASE WHEN g.failure IS NOT NULL THEN now() END,
+        CASE WHEN g.failure IS NULL THEN '[]'::jsonb
+             ELSE jsonb_build_array(g.failure || jsonb_build_object('at', now())) END,
+        g.failure ->> 'message'
+    FROM entries AS e
+    JOIN graph AS g ON g.ord = e.ord
+    LEFT JOIN {schema}.queue AS d ON d.name = g.queue
+    WHERE NOT EXISTS (SELECT FROM paused)
+    ORDER BY e.ord
+    RETURNING j.id, j.queue, j.status, j.start_after, j.created_at
+)
+SELECT 'added' AS outcome, id::text AS id, queue, status::text AS status, start_after,
+       created_at
+FROM inserted
+UNION ALL
+SELECT 'paused', NULL::text, name, NULL::text, NULL::timestamptz, NULL::timestamptz
+FROM paused

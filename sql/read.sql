@@ -13,7 +13,8 @@ SELECT id, queue, status::text AS status, data::text AS data, priority, attempt,
        created_at, start_after, started_at, finished_at, expire_at,
        retention_ttl_seconds, output::text AS output, errors::text AS errors, progress,
        attrs::text AS attrs, cancel_requested_at,
-       retention_completed_ttl_seconds, retention_failed_ttl_seconds
+       retention_completed_ttl_seconds, retention_failed_ttl_seconds,
+       depends_on::text[] AS depends_on, flow_id, flow_key
 FROM {schema}.job
 WHERE id = ANY(%(job_ids)s::uuid[])
 ORDER BY seq DESC;

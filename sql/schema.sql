@@ -339,5 +339,185 @@ CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON "portqueue".job
 
 UPDATE portqueue.alembic_version SET version_num='0009' WHERE portqueue.alembic_version.version_num = '0008';
 
+-- Running upgrade 0009 -> 0010
+
+ALTER TYPE "portqueue".job_status ADD VALUE IF NOT EXISTS 'waiting';
+
+ALTER TABLE "portqueue".job
+    ADD COLUMN depends_on uuid[],
+    ADD COLUMN on_dependency_failure text,
+    ADD COLUMN has_dependents boolean NOT NULL DEFAULT false,
+    -- some dependent waits for other jobs too (the trigger's slower path)
+    ADD COLUMN has_shared_dependents boolean NOT NULL DEFAULT false,
+    ADD COLUMN flow_id uuid,
+    ADD COLUMN flow_key text;
+
+-- A finished job's waiting dependents. Partial: only waiting jobs are in
+-- it, so a job without dependencies adds no entry, and a dependent's release
+-- (to pending), claim and completion write none either. No fast update: its
+-- pending list would be read whole by every look-up, one per completion of a
+-- dependency. The predicate names the other statuses, as 'waiting' cannot be
+-- named before this transaction commits; PostgreSQL proves status =
+-- 'waiting' implies it.
+CREATE INDEX job_waiting_on_idx ON "portqueue".job USING gin (depends_on)
+    WITH (fastupdate = off)
+    WHERE depends_on IS NOT NULL
+      AND status NOT IN ('pending', 'active', 'completed', 'failed', 'cancelled', 'expired');
+-- Dependents cancelled by a failed dependency, which retrying it re-arms.
+CREATE INDEX job_cancelled_dependent_idx ON "portqueue".job USING gin (depends_on)
+    WHERE depends_on IS NOT NULL AND status = 'cancelled';
+CREATE INDEX job_flow_idx ON "portqueue".job (flow_id, seq) WHERE flow_id IS NOT NULL;
+
+-- Fan-out: publish(topic) adds one job to each subscribed queue.
+CREATE TABLE "portqueue".subscription (
+    topic       text NOT NULL CHECK (char_length(topic) BETWEEN 1 AND 128),
+    queue       text NOT NULL CHECK (char_length(queue) BETWEEN 1 AND 128),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (topic, queue)
+);
+
+CREATE FUNCTION "portqueue".settle_dependents() RETURNS trigger
+LANGUAGE plpgsql
+-- The statements below take the parent's id as a parameter, and a custom
+-- plan for each call (the default, as the GIN estimates differ) cost more to
+-- plan than to run.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    parent uuid;
+    state text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;
+        state := 'removed';
+    ELSE
+        parent := NEW.id;
+        state := NEW.status::text;
+    END IF;
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
+        -- A retried dependency: the dependents it cancelled wait for it
+        -- again, unless another of their dependencies failed too. Their own
+        -- dependents follow, by this trigger on each of them.
+        PERFORM FROM "portqueue".job AS c
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
+          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
+        ORDER BY c.id
+        FOR UPDATE OF c;
+        UPDATE "portqueue".job AS c
+        SET status = 'waiting', finished_at = NULL
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
+          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
+          AND NOT EXISTS (
+              SELECT FROM unnest(c.depends_on) AS dep (id)
+              LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+              WHERE dep.id <> parent
+                AND coalesce(p.status::text, 'removed')
+                    IN ('failed', 'cancelled', 'expired', 'removed'));
+        RETURN NULL;
+    END IF;
+    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents waiting for this job alone: its outcome settles them, and no
+    -- other dependency's transaction can race for them. One statement.
+    UPDATE "portqueue".job AS c
+    SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', ('dependency ' || parent || ' ended ' || state),
+                          'dependency_id', parent::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                 ELSE NEW.has_shared_dependents END) THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents of several jobs: lock them first, then read their
+    -- dependencies in a statement of its own, whose snapshot includes every
+    -- transaction that held one of these locks before.
+    PERFORM FROM "portqueue".job AS c
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE OF c;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    WITH deps AS (
+        SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+               dep.id AS dep_id, dep.ord,
+               coalesce(p.status::text, 'removed') AS state
+        FROM "portqueue".job AS c
+        CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+        LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+          AND c.status = 'waiting'
+    ),
+    verdicts AS (
+        SELECT d.id, bool_or(d.runs) AS runs,
+               bool_and(d.state = 'completed') AS all_completed,
+               bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired', 'removed'))
+                   AS all_finished,
+               (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                   AS failed_id,
+               (array_agg(d.state ORDER BY d.ord) FILTER (
+                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                   AS failed_state
+        FROM deps AS d
+        GROUP BY d.id
+    ),
+    settled AS (
+        SELECT v.id, v.failed_id,
+               v.all_completed OR (v.runs AND v.all_finished) AS released,
+               'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+        FROM verdicts AS v
+        WHERE v.all_completed OR (v.runs AND v.all_finished)
+           OR (NOT v.runs AND v.failed_id IS NOT NULL)
+    )
+    UPDATE "portqueue".job AS c
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
+    FROM settled AS s
+    WHERE c.id = s.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON "portqueue".job
+    FOR EACH ROW
+    WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION "portqueue".settle_dependents();
+
+CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON "portqueue".job
+    FOR EACH ROW
+    WHEN (OLD.has_dependents)
+    EXECUTE FUNCTION "portqueue".settle_dependents();
+
+UPDATE portqueue.alembic_version SET version_num='0010' WHERE portqueue.alembic_version.version_num = '0009';
+
 COMMIT;
 

@@ -126,7 +126,7 @@ claimed AS (
 SELECT * FROM claimed
 UNION ALL
 SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
 WHERE c.pattern IS NOT NULL
   AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]));
@@ -498,11 +498,11 @@ forgotten AS (
 SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_id,
        c.lease_token, c.timeout_seconds, c.retry_delay_seconds, c.backoff_strategy,
        c.backoff_factor, c.backoff_max_delay_seconds, c.backoff_jitter, c.cancel_requested,
-       c.traceparent
+       c.traceparent, c.parent_outputs_json
 FROM claimed AS c
 UNION ALL
 SELECT c.id::text, %(queue)s, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
 WHERE c.pattern IS NOT NULL
   AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
@@ -512,7 +512,7 @@ SELECT NULL, %(queue)s, 'rate_limited',
        greatest(0.0, extract(epoch FROM
            coalesce((SELECT min(r.oldest) FROM recent AS r), now())
            + make_interval(secs => l.period) - now()))::text,
-       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
+       NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
   AND (SELECT count(*) FROM claimed) < %(slots)s;
@@ -536,4 +536,12 @@ j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
               j.backoff_max_delay_seconds, j.backoff_jitter,
               j.cancel_requested_at IS NOT NULL AS cancel_requested,
-              j.attrs ->> 'traceparent' AS traceparent
+              j.attrs ->> 'traceparent' AS traceparent,
+              -- job.parent_outputs: only a job with dependencies reads them
+              CASE WHEN j.depends_on IS NOT NULL THEN (
+                  SELECT jsonb_object_agg(
+                             CASE WHEN j.flow_id IS NOT NULL AND p.flow_id = j.flow_id
+                                  THEN p.flow_key ELSE p.id::text END,
+                             p.output)::text
+                  FROM {schema}.job AS p WHERE p.id = ANY(j.depends_on)) END
+                  AS parent_outputs_json

@@ -112,7 +112,8 @@ def schema(migrated_schema: str, db: psycopg.Connection[Any]) -> str:
     """The migrated test schema, emptied: every test starts from no rows."""
     tables = sql.SQL(", ").join(
         sql.Identifier(migrated_schema, table) for table in (
-            "job", "schedule", "queue", "worker", "queue_start", "throttle_window"))
+            "job", "schedule", "queue", "worker", "queue_start", "throttle_window",
+            "subscription"))
     db.execute(sql.SQL("TRUNCATE {}").format(tables))
     return migrated_schema
 

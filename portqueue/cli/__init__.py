@@ -3,8 +3,9 @@
 One Typer app (``base.app``) and a module per command group, each registering
 its commands when imported: ``database`` (migrate, prune), ``worker``,
 ``dashboard``, ``demo``, ``add``, ``jobs`` (job, jobs), ``queues`` (stats,
-queues, schedules, pause, resume, remove-queue), ``manage`` (retry, cancel, remove) and
-``insight`` (workers, failures). ``session`` and ``output`` are what they share.
+queues, schedules, pause, resume, remove-queue), ``manage`` (retry, cancel, remove),
+``insight`` (workers, failures) and ``flows`` (flow). ``session`` and ``output`` are what
+they share.
 docs/cli.md documents every command, its ``--json`` shape and its exit codes.
 """
 
@@ -18,7 +19,7 @@ __all__ = ["app", "main", "redact"]
 
 # Imported in the order `portqueue --help` lists their commands.
 COMMAND_MODULES = ("database", "worker", "dashboard", "demo", "add", "jobs", "queues", "manage",
-                   "insight")
+                   "insight", "flows")
 for _module in COMMAND_MODULES:
     importlib.import_module(f"portqueue.cli.{_module}")
 

@@ -16,7 +16,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from portqueue.async_client import AsyncPortQueue
-from portqueue.dashboard import actions, bulk, hosts, insight_views, views
+from portqueue.dashboard import actions, bulk, flow_views, hosts, insight_views, views
 from portqueue.dashboard.auth import AuthMiddleware, credentials
 from portqueue.dashboard.csrf import CsrfMiddleware
 from portqueue.dashboard.headers import HeadersMiddleware
@@ -70,6 +70,7 @@ ROUTES = [
     Route("/queues/resume", actions.resume, methods=["POST"]),
     Route("/queues/remove", actions.remove_queue, methods=["POST"]),
     Route("/schedules", views.schedules, methods=["GET"]),
+    Route("/flows/{flow_id}", flow_views.flow, methods=["GET"]),
     Route("/workers", insight_views.workers, methods=["GET"]),
     Route("/failures", insight_views.failures, methods=["GET"]),
     Route("/activity", insight_views.activity, methods=["GET"]),

@@ -22,7 +22,7 @@ from portqueue.validation import MAX_PAGE
 
 # Statuses an operator may act on from the job page.
 RETRYABLE = FINISHED_STATUSES
-CANCELLABLE = frozenset({JobStatus.PENDING, JobStatus.ACTIVE})
+CANCELLABLE = frozenset({JobStatus.PENDING, JobStatus.ACTIVE, JobStatus.WAITING})
 
 
 def client_of(request: Request) -> AsyncPortQueue:

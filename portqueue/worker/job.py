@@ -77,6 +77,9 @@ class _JobFields:
         self.attempt = claimed.attempt
         self.max_attempts = claimed.max_attempts
         self.group_id = claimed.group_id
+        # Each dependency's output, by its key in the flow, else its job id.
+        self.parent_outputs: dict[str, Any] = (
+            {} if claimed.parent_outputs_json is None else json.loads(claimed.parent_outputs_json))
         self._report = report
 
     def set_progress(self, value: float) -> None:

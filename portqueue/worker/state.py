@@ -40,6 +40,9 @@ class Claimed(NamedTuple):
     cancel_requested: bool
     # The add span's trace context: the run span's parent (portqueue.metrics).
     traceparent: str | None
+    # The outputs of its dependencies, by key or id (job.parent_outputs); None
+    # for a job without dependencies.
+    parent_outputs_json: str | None = None
 
     @property
     def retry(self) -> RetryPolicy:

@@ -1,48 +1,42 @@
-"""The app of the flow-control tests' worker processes:
-``python -m portqueue.cli worker tests.faults.flow_app:pq``.
+"""The fan-in test's worker app: ``portqueue worker tests.faults.flow_app:pq``.
 
-Its queue ``flow`` declares the limits the environment names (``FLOW_GLOBAL``,
-``FLOW_PARTITION``, ``FLOW_RATE`` as ``limit/period_seconds[/per_partition]``),
-with ``FAULT_CONCURRENCY`` slots and ``FAULT_LEASE_SECONDS`` leases. Its handler
-works for ``data["sleep"]`` seconds, or ``data["sleep_first"]`` on a job's first
-attempt (so a job rescued from a killed worker runs quickly the second time).
+``tests.faults.app``'s ``faults`` queue runs the flow's parents (ledger,
+effect through ``job.transaction()``, ``{"pid", "attempt"}`` returned). The
+``faults-callback`` queue runs the flow's last job, which depends on every
+parent: it records its claim in the ledger, then, inside
+``job.transaction()`` (so its effect and its completion commit together),
+counts its parents that are not completed and writes its effect. It returns
+what it saw, for the test to check.
 """
 
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
-from portqueue import PortQueue, RateLimit
+from psycopg import sql
+
 from portqueue.worker.job import Job
+from tests.faults.app import _record, pq
 
-QUEUE = "flow"
-
-pq = PortQueue(
-    os.environ["PORTQUEUE_DSN"],
-    schema=os.environ.get("PORTQUEUE_SCHEMA", "portqueue"),
-    pool_min_size=0,
-    pool_max_size=3,
-)
+CALLBACK_QUEUE = "faults-callback"
+SCHEMA = os.environ.get("PORTQUEUE_SCHEMA", "portqueue")
 
 
-def _limits() -> dict[str, Any]:
-    limits: dict[str, Any] = {}
-    if os.environ.get("FLOW_GLOBAL"):
-        limits["global_concurrency"] = int(os.environ["FLOW_GLOBAL"])
-    if os.environ.get("FLOW_PARTITION"):
-        limits["partition_concurrency"] = int(os.environ["FLOW_PARTITION"])
-    if os.environ.get("FLOW_RATE"):
-        limit, period, *per_partition = os.environ["FLOW_RATE"].split("/")
-        limits["rate_limit"] = RateLimit(int(limit), int(period), bool(per_partition))
-    return limits
-
-
-@pq.handler(QUEUE, concurrency=int(os.environ.get("FAULT_CONCURRENCY", "4")),
-            lease_seconds=int(os.environ.get("FAULT_LEASE_SECONDS", "30")),
-            retry={"max_attempts": 3}, **_limits())
-def run(job: Job) -> None:
-    data = job.data if isinstance(job.data, dict) else {}
-    seconds = data.get("sleep_first", 0) if job.attempt == 1 else 0
-    time.sleep(seconds or data.get("sleep", 0))
+@pq.handler(CALLBACK_QUEUE, lease_seconds=int(os.environ.get("FAULT_LEASE_SECONDS", "2")))
+def callback(job: Job) -> dict[str, Any]:
+    _record(job, "claimed")
+    with job.transaction() as conn:
+        row = conn.execute(sql.SQL(
+            "SELECT count(*) FROM {job} AS c JOIN {job} AS p ON p.id = ANY(c.depends_on) "
+            "WHERE c.id = %s AND p.status <> 'completed'").format(
+                job=sql.Identifier(SCHEMA, "job")), [job.id]).fetchone()
+        conn.execute("INSERT INTO faults.effect (job_id, attempt, pid) VALUES (%s, %s, %s)",
+                     (job.id, job.attempt, os.getpid()))
+    outputs = job.parent_outputs
+    _record(job, "returning")
+    return {"pid": os.getpid(), "attempt": job.attempt,
+            "unfinished_parents": row[0] if row else None,
+            "keys": sorted(outputs),
+            "outputs_from_attempts": all(isinstance(v, dict) and "attempt" in v
+                                         for v in outputs.values())}

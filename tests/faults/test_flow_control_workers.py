@@ -20,8 +20,8 @@ from portqueue import PortQueue
 from tests.faults.harness import Fleet, Proc
 from tests.support.waiting import wait_until
 
-APP = "tests.faults.flow_app:pq"
-QUEUE = "flow"  # tests/faults/flow_app.py
+APP = "tests.faults.flow_control_app:pq"
+QUEUE = "flow"  # tests/faults/flow_control_app.py
 WORKERS = 3
 
 

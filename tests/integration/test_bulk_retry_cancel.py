@@ -22,14 +22,15 @@ UNKNOWN = "0192f3e4-0000-7000-8000-00000000abcd"
 
 
 def _jobs(client: PortQueue, db: Db, schema: str, queue: str = "bulk") -> dict[str, str]:
-    """One job per status, by status."""
-    ids = {}
+    """One job per status, by status (the waiting one depends on the active one)."""
+    ids: dict[str, str] = {}
     for status in JobStatus:
-        job_id = client.add_job(queue=queue, data=status.value).job_id
+        depends_on = [ids["active"]] if status is JobStatus.WAITING else None
+        job_id = client.add_job(queue=queue, data=status.value, depends_on=depends_on).job_id
         assert job_id is not None
         if status is JobStatus.ACTIVE:
             make_active(db, schema, job_id)
-        elif status is not JobStatus.PENDING:
+        elif status not in (JobStatus.PENDING, JobStatus.WAITING):
             finish(db, schema, job_id, status.value)
         ids[status.value] = job_id
     return ids
@@ -42,7 +43,7 @@ def test_retry_jobs_by_id_rearms_settled_jobs_and_never_an_active_one(
     assert client.retry_jobs(job_ids=[*ids.values(), UNKNOWN]) == 4
     for status, job_id in ids.items():
         row = job_row(db, schema, job_id)
-        expected = "active" if status == "active" else "pending"
+        expected = status if status in ("active", "waiting") else "pending"
         assert row["status"] == expected, status
     active = job_row(db, schema, ids["active"])
     assert active["lease_token"] == 1 and active["lease_expires_at"] is not None
@@ -83,9 +84,10 @@ def test_cancel_jobs_cancels_pending_and_signals_active_ones(
     ids = _jobs(client, db, schema)
     counts = client.cancel_jobs(job_ids=[*ids.values(), UNKNOWN, ids["pending"]])
     assert isinstance(counts, CancelCounts)
-    assert counts == 2, "the jobs acted on: one cancelled, one signalled"
+    assert counts == 3, "the jobs acted on: pending and waiting cancelled, one signalled"
     assert (counts.cancelled, counts.signalled, counts.already_finished, counts.not_found) == (
-        1, 1, 4, 1)
+        2, 1, 4, 1)
+    assert job_row(db, schema, ids["waiting"])["status"] == "cancelled"
     assert job_row(db, schema, ids["pending"])["status"] == "cancelled"
     active = job_row(db, schema, ids["active"])
     assert active["status"] == "active" and active["cancel_requested_at"] is not None

@@ -101,6 +101,17 @@ SCENARIOS: dict[str, Scenario] = {
                            c.drain(queues=[q]))[2],
     "set_queue_limits": lambda c, q: c.set_queue_limits(
         queue=q, global_concurrency=3, rate_limit={"limit": 10, "period_seconds": 60}),
+    # Workflows (SPEC §9): behaviour in tests/integration/test_workflow_*.py.
+    "add_flow": lambda c, q: c.add_flow(jobs=[{"key": "a", "queue": q, "data": 1},
+                                              {"key": "b", "queue": q, "data": 2,
+                                               "depends_on": ["a"]}]),
+    "get_flow": lambda c, q: c.get_flow(
+        flow_id=c.add_flow(jobs=[{"key": "a", "queue": q, "data": 1}]).flow_id),
+    "subscribe": lambda c, q: c.subscribe(topic=f"{q}-topic", queue=q),
+    "unsubscribe": lambda c, q: (c.subscribe(topic=f"{q}-topic", queue=q),
+                                 c.unsubscribe(topic=f"{q}-topic", queue=q))[1],
+    "publish": lambda c, q: (c.subscribe(topic=f"{q}-topic", queue=q),
+                             c.publish(topic=f"{q}-topic", data={"n": 1}))[1],
 }
 # Public coroutine methods tested elsewhere on both clients: the worker's
 # lifecycle (tests/integration/test_worker_*.py, ``harness`` and ``aharness``)

@@ -244,7 +244,7 @@ def test_get_jobs_limit_defaults_to_50_and_is_at_most_500(
 
 def test_get_queue_stats_counts_every_status(client: Any, db: Db, schema: str) -> None:
     wanted = {"pending": 2, "active": 1, "completed": 3, "failed": 1, "cancelled": 2,
-              "expired": 1}
+              "expired": 1, "waiting": 0}
     for status, n in wanted.items():
         for _ in range(n):
             job_id = client.add_job(queue="emails", data={}).job_id

@@ -91,8 +91,11 @@ def _neutral(value: Any, schema: str) -> Any:
     return value
 
 
-EXPECTED_TABLES = {"alembic_version", "queue", "job", "schedule", "worker",
-                   "queue_start", "throttle_window"}
+EXPECTED_TABLES = {
+    "alembic_version", "queue", "job", "schedule", "worker",
+    "queue_start", "throttle_window",  # migration 0009 (flow control)
+    "subscription",  # migration 0010 (workflows)
+}
 
 
 def tables(catalog: dict[str, list[tuple[Any, ...]]]) -> set[str]:

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from portqueue import InvalidArgument, PortQueue, operations
+from portqueue import InvalidArgument, PortQueue, flows, operations
 from portqueue.driver import Operation, Rows, run_sync
 from portqueue.queries import Batch, Query
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, Settings, client_settings
@@ -57,7 +57,10 @@ class Recording:
 
 
 def _add_job(s: Settings, a: dict[str, Any]) -> Operation[Any]:
-    return operations.add_job(s, {k: v for k, v in a.items() if k != "tx"})
+    options = {k: v for k, v in a.items() if k not in ("tx", "depends_on")}
+    if a.get("depends_on") is not None:
+        return flows.add_dependent_job(s, options, a["depends_on"])
+    return operations.add_job(s, options)
 
 
 def _add_jobs(s: Settings, a: dict[str, Any]) -> Operation[Any]:

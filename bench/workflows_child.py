@@ -1,0 +1,64 @@
+"""One drain for bench/workflows.py, in a process of its own: run a worker on
+SCHEMA's ``drain`` queue (async no-op handler, concurrency 100) until no job
+of the schema is unfinished; print the seconds from the first handler call to
+then, and the CPU time the database's backends spent meanwhile (read from
+/proc/<pid>/schedstat: the server must run on this machine), which moves far
+less than wall time on a shared machine. Which portqueue it runs is the
+caller's PYTHONPATH (a checkout's root)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from portqueue import AsyncPortQueue
+
+
+async def backend_cpu_ns(conn: psycopg.AsyncConnection[Any]) -> int:
+    """CPU time of every backend of this database, this session's included."""
+    rows = await (await conn.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")).fetchall()
+    total = 0
+    for (pid,) in rows:
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    return total
+
+
+async def main(dsn: str, schema: str) -> None:
+    apq = AsyncPortQueue(dsn, schema=schema)
+    first: list[float] = []
+
+    @apq.handler("drain", concurrency=100)
+    async def handle(job: Any) -> None:
+        if not first:
+            first.append(time.perf_counter())
+
+    unfinished = sql.SQL("SELECT count(*) FROM {} WHERE finished_at IS NULL").format(
+        sql.Identifier(schema, "job"))
+    async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+        cpu_before = await backend_cpu_ns(conn)
+        await apq.start(maintenance=False, scheduler=False)
+        try:
+            while True:
+                row = await (await conn.execute(unfinished)).fetchone()
+                if first and row is not None and row[0] == 0:
+                    break
+                await asyncio.sleep(0.01)
+            elapsed = time.perf_counter() - first[0]
+            cpu = await backend_cpu_ns(conn) - cpu_before
+        finally:
+            await apq.stop()
+            await apq.aclose()
+    print(f"{elapsed:.4f} {cpu}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
