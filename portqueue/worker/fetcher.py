@@ -47,7 +47,6 @@ class Fetcher:
         self._worker_id = worker_id
         self._start = start
         self._started = started
-        self._conn: psycopg.AsyncConnection[Any] | None = None
         self._patterns = PatternVerdicts(settings.instance_key)
         # Held from a claim until its runners exist: stop() takes it before
         # draining, so a claim in flight commits and starts its jobs first
@@ -59,20 +58,17 @@ class Fetcher:
         # Claims run on a connection of their own, not one from the pool: no
         # checkout per claim, and always the same warm backend (the pool hands
         # its idle connections out in turn). About a tenth of an idle worker's
-        # commit-to-start latency (docs/performance.md).
-        if self._conn is None or self._conn.closed:
-            self._conn = await self._connections.connect("fetcher")
-        return self._conn
+        # commit-to-start latency (docs/performance.md). The heartbeat shares
+        # it (connections.Session), between claims.
+        return await self._connections.claims.connect()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        await self._connections.discard(conn)
+        await self._connections.claims.close()
 
     async def run(self) -> None:
-        try:
-            await self._claim_until_stopped()
-        finally:
-            await self.close()
+        # The session outlives the loop: the heartbeat keeps the running
+        # jobs' leases on it through the drain (stop() closes it).
+        await self._claim_until_stopped()
 
     async def _claim_until_stopped(self) -> None:
         failures = 0
@@ -111,7 +107,6 @@ class Fetcher:
                 # checked meanwhile.
                 for queue in asked:
                     demand.want(queue)
-                await self.close()
                 at_once = await self._connections.check_after(exc) and not retried_at_once
                 retried_at_once = at_once
                 failures += 0 if at_once else 1
@@ -134,9 +129,9 @@ class Fetcher:
             self._settings.queries, slots=asked,
             lease_seconds={name: self._queues[name].lease_seconds for name in asked},
             worker_id=self._worker_id, **self._patterns.claim_params())
-        conn = await self.connect()
-        rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
-        await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
+        async with self._connections.claims.use() as conn:
+            rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
+            await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
         traced = hooks.tracing_on()
         started = []
         for claimed in rows:

@@ -4,6 +4,10 @@ A job notification names a queue: that queue is claimed when it has a free
 slot (``Demand.want``). A cancel notification names a job: its signal is set
 if it runs here. After every (re)connect all queues are claimed once, since
 notifications sent while nobody listened are lost.
+
+A lost session is said once (one warning), however many reconnects it
+takes (a full server may refuse them for minutes), and its return once
+(info); the fetcher's poll claims meanwhile.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 import psycopg
 
 from portqueue.queries import Queries
-from portqueue.worker.connections import Connections
+from portqueue.worker.connections import Connections, one_line
 from portqueue.worker.demand import Demand
 from portqueue.worker.state import RunningJobs
 from portqueue.worker.stopping import Stopping
@@ -41,34 +45,48 @@ class Listener:
         self._stopping = stopping
         self._worker_id = worker_id
         self._check_seconds = check_seconds
+        self._lost = False
 
     async def run(self) -> None:
         failures = 0
+        # Opened at start by the worker's admission, when it had one to open.
+        conn, self._connections.first_listener = self._connections.first_listener, None
         while not self._stopping():
-            try:
-                conn = await self._connections.connect("listener")
-            except psycopg.Error as exc:
-                failures += 1
-                delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
-                log.warning("worker %s: LISTEN connection failed (%s); retrying in %.1fs",
-                            self._worker_id, exc, delay)
-                await self._stopping.sleep(delay)
-                continue
+            if conn is None:
+                try:
+                    conn = await self._connections.connect("listener")
+                except psycopg.Error as exc:
+                    failures += 1
+                    self._say_lost(f"cannot reconnect: {one_line(exc)}")
+                    await self._stopping.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
+                    continue
             try:
                 await self._stopping.until_stopped(self._listen(conn))
                 failures = 0
             except (psycopg.Error, asyncio.TimeoutError, OSError) as exc:
                 failures += 1
-                log.warning("worker %s: LISTEN connection lost (%s); reconnecting",
-                            self._worker_id, exc)
+                self._say_lost(one_line(exc))
                 await self._stopping.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
             finally:
                 await self._connections.discard(conn)
+                conn = None
+
+    def _say_lost(self, why: str) -> None:
+        if not self._lost:
+            self._lost = True
+            log.warning("worker %s: LISTEN connection lost (%s); reconnecting, and polling "
+                        "every poll interval meanwhile", self._worker_id, why)
+
+    def _listening(self) -> None:
+        if self._lost:
+            self._lost = False
+            log.info("worker %s: LISTEN connection back", self._worker_id)
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
         for channel in (self.q.job_channel, self.q.cancel_channel):
             await self._connections.within(conn, conn.execute(
                 psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))))
+        self._listening()
         # Jobs added while no connection listened: look now.
         self._demand.want_all()
         while not self._stopping():
