@@ -61,7 +61,7 @@ ADMISSION_MAX_SECONDS = 10.0
 START_SECONDS = 30.0
 # How long the pool may take to open its first connection during admission
 # before the attempt counts as "the server is full" and starts over.
-POOL_OPEN_SECONDS = 10.0
+POOL_OPEN_SECONDS = 5.0
 # The longest a statement may run, per role, server-side (statement_timeout).
 # The maintenance services set their own, per transaction.
 STATEMENT_SECONDS = {"worker": 30.0, "fetcher": 10.0, "listener": 10.0}
@@ -201,10 +201,11 @@ class Connections:
                     await self.claims.connect()
                 if listener:
                     self.first_listener = await self.connect("listener")
-                elif not claims:
-                    # Nothing opened yet to tell a full server from a wrong
-                    # DSN: the pool's PoolTimeout would not say which.
-                    await self.discard(await self.connect("worker"))
+                # The pool retries a refused connect by itself, logging each
+                # try, and its PoolTimeout says neither why nor soon: a direct
+                # connect first answers at once (the slot it frees is the
+                # pool's, barring another process taking it meanwhile).
+                await self.discard(await self.connect("worker"))
                 await self.pool.open(wait=True, timeout=POOL_OPEN_SECONDS)
             except (psycopg.Error, PoolTimeout) as exc:
                 await self._close_admitted()
