@@ -91,9 +91,16 @@ def test_workers_past_the_connection_limit_wait_and_join_as_connections_free(
                 return fleet.worker(app=APP, module="portqueue.cli", ready=ready,
                                     BUDGET_APPLICATION_NAME=name)
 
+            def wait_listening(name: str) -> None:
+                wait_until(lambda: listening(db, name), 20, f"{name}'s LISTEN")
+
+            def wait_joined(count: int) -> None:
+                wait_until(lambda: sum(registered(db, proc) for proc in waiting.values())
+                           == count, 45, f"{count} waiting worker(s) to join")
+
             running = {f"run{n}": worker(f"run{n}", ready=True) for n in range(RUNNING)}
             for name in running:
-                wait_until(lambda name=name: listening(db, name), 20, f"{name}'s LISTEN")
+                wait_listening(name)
             waiting = {f"wait{n}": worker(f"wait{n}", ready=False) for n in range(2)}
             for proc in waiting.values():
                 proc.wait_for_log(WAITING_LINE, timeout=30)
@@ -112,11 +119,9 @@ def test_workers_past_the_connection_limit_wait_and_join_as_connections_free(
             for stopped, joining in zip(["run0", "run1"], [1, 2], strict=True):
                 running[stopped].send(signal.SIGTERM)
                 assert running[stopped].wait(20) == 0, running[stopped].log()
-                wait_until(lambda joining=joining: sum(
-                    registered(db, proc) for proc in waiting.values()) == joining, 45,
-                    f"{joining} waiting worker(s) to join")
+                wait_joined(joining)
             for name, proc in waiting.items():
-                wait_until(lambda name=name: listening(db, name), 20, f"{name}'s LISTEN")
+                wait_listening(name)
                 log = proc.log()
                 assert log.count(WAITING_LINE) == 1, log
                 assert JOINED_LINE in log, log
