@@ -10,8 +10,8 @@ idle processes cost a producer (issues 22 and 23).
 
 Both run on a PostgreSQL cluster of the bench's own by default: initdb (from
 ``pg_config --bindir``) in a fresh directory under /tmp, a free port,
-``max_connections=250`` (``--max-connections``) and otherwise the server's defaults (durable commits,
-autovacuum on). It is stopped and deleted at the end.
+``max_connections=250`` (``--max-connections``) and otherwise the server's
+defaults (durable commits, autovacuum on). It is stopped and deleted at the end.
 
 - ``many``: for each process count P, P worker processes (``--role worker``,
   an ``AsyncPortQueue`` worker with one no-op async handler, concurrency
@@ -23,8 +23,10 @@ autovacuum on). It is stopped and deleted at the end.
   the workers held at once (pg_stat_activity, by application_name).
 - ``idle``: P idle worker processes (concurrency 10 each); this process adds
   one job at a time (sync ``PortQueue``, one autocommit ``add_job``) at
-  ``--rate`` a second for ``--seconds``, and times each call. p50 and p99 of
-  the adds; the workers run each job as it comes.
+  ``--rate`` a second for ``--seconds`` (after ``--settle`` seconds, so every
+  worker has counted its peers), and times each call. p50 and p99 of the
+  adds, and of commit-to-start (``started_at - created_at``, the database's
+  clock); the workers run each job as it comes.
 
 Prints one line per measurement and a summary (medians over runs, and each
 count's ratio to the first), and writes the figures to
@@ -100,7 +102,8 @@ class Cluster:
 
 def run_worker(dsn: str, concurrency: int, name: str) -> None:
     apq = AsyncPortQueue(dsn, schema=SCHEMA, application_name=name, pool_min_size=0,
-                         pool_max_size=1)
+                         pool_max_size=1,
+                         poll_only=os.environ.get("BENCH_POLL_ONLY") == "1")
 
     @apq.handler(QUEUE, concurrency=concurrency)
     async def handler(job: Any) -> None:
@@ -183,9 +186,13 @@ def many_once(dsn: str, processes: int, total: int, jobs: int) -> dict[str, Any]
             "worker_connections_max": most}
 
 
-def idle_once(dsn: str, processes: int, rate: float, seconds: float) -> dict[str, Any]:
+def idle_once(dsn: str, processes: int, rate: float, seconds: float,
+              settle: float) -> dict[str, Any]:
     reset(dsn)
     procs = start_workers(dsn, processes, 10)
+    # Each worker counts its queue's workers after LISTEN and at every listener
+    # health check (15 s): the first to start counted only those before them.
+    time.sleep(settle)
     try:
         with PortQueue(dsn, schema=SCHEMA, application_name="bench-producer") as pq, \
                 psycopg.connect(dsn, autocommit=True) as db:
@@ -220,6 +227,8 @@ def idle_once(dsn: str, processes: int, rate: float, seconds: float) -> dict[str
             "add_p50_ms": statistics.median(timings),
             "add_p99_ms": timings[min(int(len(timings) * 0.99), len(timings) - 1)],
             "start_p50_ms": float(statistics.median(starts)) if starts else None,
+            "start_p99_ms": float(starts[min(int(len(starts) * 0.99), len(starts) - 1)])
+            if starts else None,
             "worker_connections": most}
 
 
@@ -247,6 +256,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=50.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--settle", type=float, default=16.0,
+                        help="idle: seconds between the workers' start and the first add")
     parser.add_argument("--max-connections", type=int, default=250,
                         help="the bench cluster's (an A/B against code that holds more "
                         "connections per process needs more)")
@@ -275,10 +286,11 @@ def main() -> None:
                           f"({result['seconds']:.2f}s), worker connections "
                           f"{result['worker_connections_max']}", flush=True)
                 else:
-                    result = idle_once(dsn, p, args.rate, args.seconds)
+                    result = idle_once(dsn, p, args.rate, args.seconds, args.settle)
                     print(f"run {run} processes={p}: add p50 {result['add_p50_ms']:.2f} ms, "
                           f"p99 {result['add_p99_ms']:.2f} ms, commit-to-start p50 "
-                          f"{result['start_p50_ms']:.2f} ms, worker connections "
+                          f"{result['start_p50_ms']:.2f} ms p99 {result['start_p99_ms']:.0f} "
+                          "ms, worker connections "
                           f"{result['worker_connections']}", flush=True)
                 results.append({"run": run, **result})
         summarise(args.scenario, results, counts)

@@ -137,3 +137,17 @@ def touched(rows: Rows) -> dict[str, bool]:
 def jobs_by_id(q: Queries, job_ids: Sequence[str]) -> Query:
     """The snapshots event callbacks receive (``operations.job_snapshot``)."""
     return q("jobs_by_id", job_ids=list(job_ids))
+
+
+
+# --- the listener ---
+
+
+def queue_peers(q: Queries, worker_id: str, queues: Sequence[str]) -> Query:
+    """This worker's rank among the live workers of each of ``queues``."""
+    return q("queue_peers", id=worker_id, queues=list(queues))
+
+
+def peer_ranks(rows: Rows) -> dict[str, int]:
+    """Queue -> this worker's rank (1: the oldest live worker of the queue)."""
+    return {str(row["queue"]): int(row["rank"]) for row in rows}

@@ -5,6 +5,17 @@ slot (``Demand.want``). A cancel notification names a job: its signal is set
 if it runs here. After every (re)connect all queues are claimed once, since
 notifications sent while nobody listened are lost.
 
+With many processes consuming one queue, every NOTIFY would wake each of
+them (its backend, then its loop) and make each with a free slot claim, all
+but one finding nothing: 50 idle processes and 50 adds a second kept both
+cores busy and the producer's add p50 went up 10- to 14-fold (measured:
+docs/performance.md, "Many worker processes"). So only the WAKE_SHARE oldest
+live workers of a queue (the worker table, read before LISTEN and at each
+health check) claim on its notifications; a worker that is not among them
+for any of its queues does not LISTEN for jobs at all (cancels it always
+hears). The others claim at every poll, and the listeners' claims of a
+queue that filled their slots repeat as slots free, so a backlog is shared.
+
 A lost session is said once (one warning), however many reconnects it
 takes (a full server may refuse them for minutes), and its return once
 (info); the fetcher's poll claims meanwhile.
@@ -18,6 +29,8 @@ from typing import Any
 
 import psycopg
 
+from portqueue import worker_operations as ops
+from portqueue.driver import execute_async
 from portqueue.queries import Queries
 from portqueue.worker.connections import Connections, one_line
 from portqueue.worker.demand import Demand
@@ -32,6 +45,8 @@ RECONNECT_MAX_SECONDS = 10.0
 # server to cancel it): a black-holed connection is replaced within about
 # 4/3 of this plus 5 s, instead of being waited on forever.
 LISTEN_HEALTH_SECONDS = 15.0
+# How many of a queue's workers listen for its wake-ups (the oldest live ones).
+WAKE_SHARE = 4
 
 
 class Listener:
@@ -46,6 +61,9 @@ class Listener:
         self._worker_id = worker_id
         self._check_seconds = check_seconds
         self._lost = False
+        # This worker's rank among each queue's live workers; unknown is 1.
+        self._ranks: dict[str, int] = {}
+        self._listening_jobs = False
 
     async def run(self) -> None:
         failures = 0
@@ -83,9 +101,14 @@ class Listener:
             log.info("worker %s: LISTEN connection back", self._worker_id)
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        for channel in (self.q.job_channel, self.q.cancel_channel):
-            await self._connections.within(conn, conn.execute(
-                psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))))
+        # Before LISTEN, so that LISTEN is the session's last statement in
+        # pg_stat_activity until the first health check (operators look).
+        await self._rank(conn)
+        self._listening_jobs = False
+        await self._command(conn, "LISTEN", self.q.cancel_channel)
+        if self._wakes_any():
+            await self._command(conn, "LISTEN", self.q.job_channel)
+            self._listening_jobs = True
         self._listening()
         # Jobs added while no connection listened: look now.
         self._demand.want_all()
@@ -93,15 +116,44 @@ class Listener:
             async for notify in conn.notifies(timeout=self._check_seconds):
                 if notify.channel == self.q.job_channel:
                     # Only the queue named, and only once it has a free slot.
-                    self._demand.want(notify.payload)
+                    if self._ranks.get(notify.payload, 1) <= WAKE_SHARE:
+                        self._demand.want(notify.payload)
                 elif notify.channel == self.q.cancel_channel:
                     running = self._jobs.get(notify.payload)
                     if running is not None:
                         running.state.set("cancelled")
             # Quiet for a while: prove the connection still answers, so a
-            # silently dropped one is replaced instead of waited on forever.
+            # silently dropped one is replaced instead of waited on forever
+            # (and count the queues' workers again on the way).
             try:
-                await asyncio.wait_for(conn.execute("SELECT 1"), self._check_seconds / 3)
+                await asyncio.wait_for(self._probe(conn), self._check_seconds / 3)
             except asyncio.TimeoutError:
                 raise asyncio.TimeoutError(
                     f"no answer to SELECT 1 within {self._check_seconds / 3:.1f}s") from None
+
+    async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await self._rank(conn)
+        if self._wakes_any() != self._listening_jobs:
+            # A listener stopped (or started): the share moves.
+            self._listening_jobs = not self._listening_jobs
+            await self._command(conn, "LISTEN" if self._listening_jobs else "UNLISTEN",
+                                self.q.job_channel)
+            if self._listening_jobs:
+                self._demand.want_all()
+        # Last, so that pg_stat_activity shows the probe (operators look).
+        await conn.execute("SELECT 1")
+
+    def _wakes_any(self) -> bool:
+        return any(self._ranks.get(queue, 1) <= WAKE_SHARE for queue in self._demand.queues)
+
+    async def _command(self, conn: psycopg.AsyncConnection[Any], command: str,
+                       channel: str) -> None:
+        await self._connections.within(conn, conn.execute(
+            psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(channel))))
+
+    async def _rank(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        queues = self._demand.queues
+        if queues:
+            rows = await self._connections.within(conn, execute_async(
+                conn, ops.queue_peers(self.q, self._worker_id, queues)))
+            self._ranks = ops.peer_ranks(rows)
