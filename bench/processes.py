@@ -190,10 +190,10 @@ def idle_once(dsn: str, processes: int, rate: float, seconds: float,
               settle: float) -> dict[str, Any]:
     reset(dsn)
     procs = start_workers(dsn, processes, 10)
-    # Each worker counts its queue's workers after LISTEN and at every listener
-    # health check (15 s): the first to start counted only those before them.
-    time.sleep(settle)
     try:
+        # Each worker counts its queue's workers before LISTEN and at every
+        # health check (15 s): the first to start counted only those before them.
+        time.sleep(settle)
         with PortQueue(dsn, schema=SCHEMA, application_name="bench-producer") as pq, \
                 psycopg.connect(dsn, autocommit=True) as db:
             for n in range(20):  # warm: the pool's connection, prepared statements

@@ -11,10 +11,11 @@ but one finding nothing: 50 idle processes and 50 adds a second kept both
 cores busy and the producer's add p50 went up 10- to 14-fold (measured:
 docs/performance.md, "Many worker processes"). So only the WAKE_SHARE oldest
 live workers of a queue (the worker table, read before LISTEN and at each
-health check) claim on its notifications; a worker that is not among them
-for any of its queues does not LISTEN for jobs at all (cancels it always
-hears). The others claim at every poll, and the listeners' claims of a
-queue that filled their slots repeat as slots free, so a backlog is shared.
+health check) listen. A worker that is not among them for any of its queues
+LISTENs on no channel at all: PostgreSQL signals every backend that listens
+on any channel of the database at every NOTIFY, whatever the channel. It
+claims at every poll, and the cancels of its running jobs reach them with
+the heartbeat (a third of the lease) instead of at once.
 
 A lost session is said once (one warning), however many reconnects it
 takes (a full server may refuse them for minutes), and its return once
@@ -63,7 +64,7 @@ class Listener:
         self._lost = False
         # This worker's rank among each queue's live workers; unknown is 1.
         self._ranks: dict[str, int] = {}
-        self._listening_jobs = False
+        self._subscribed = False
 
     async def run(self) -> None:
         failures = 0
@@ -104,11 +105,9 @@ class Listener:
         # Before LISTEN, so that LISTEN is the session's last statement in
         # pg_stat_activity until the first health check (operators look).
         await self._rank(conn)
-        self._listening_jobs = False
-        await self._command(conn, "LISTEN", self.q.cancel_channel)
+        self._subscribed = False
         if self._wakes_any():
-            await self._command(conn, "LISTEN", self.q.job_channel)
-            self._listening_jobs = True
+            await self._subscribe(conn, "LISTEN")
         self._listening()
         # Jobs added while no connection listened: look now.
         self._demand.want_all()
@@ -133,12 +132,10 @@ class Listener:
 
     async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await self._rank(conn)
-        if self._wakes_any() != self._listening_jobs:
+        if self._wakes_any() != self._subscribed:
             # A listener stopped (or started): the share moves.
-            self._listening_jobs = not self._listening_jobs
-            await self._command(conn, "LISTEN" if self._listening_jobs else "UNLISTEN",
-                                self.q.job_channel)
-            if self._listening_jobs:
+            await self._subscribe(conn, "UNLISTEN" if self._subscribed else "LISTEN")
+            if self._subscribed:
                 self._demand.want_all()
         # Last, so that pg_stat_activity shows the probe (operators look).
         await conn.execute("SELECT 1")
@@ -146,10 +143,12 @@ class Listener:
     def _wakes_any(self) -> bool:
         return any(self._ranks.get(queue, 1) <= WAKE_SHARE for queue in self._demand.queues)
 
-    async def _command(self, conn: psycopg.AsyncConnection[Any], command: str,
-                       channel: str) -> None:
-        await self._connections.within(conn, conn.execute(
-            psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(channel))))
+    async def _subscribe(self, conn: psycopg.AsyncConnection[Any], command: str) -> None:
+        """LISTEN (or UNLISTEN) the cancel channel, then the job channel."""
+        for channel in (self.q.cancel_channel, self.q.job_channel):
+            await self._connections.within(conn, conn.execute(
+                psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(channel))))
+        self._subscribed = command == "LISTEN"
 
     async def _rank(self, conn: psycopg.AsyncConnection[Any]) -> None:
         queues = self._demand.queues

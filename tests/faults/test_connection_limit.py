@@ -12,7 +12,6 @@ there and must give it back, not hold it while it waits for the rest."""
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,6 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue.embedded import EmbeddedUnavailable
 from tests.faults.harness import QUEUE, Fleet, Proc
 from tests.faults.owned_server import OwnedServer
 from tests.support.waiting import wait_until
@@ -38,16 +36,15 @@ JOINED_LINE = "got its connections after waiting"
 
 
 @pytest.fixture
-def small_server() -> Iterator[OwnedServer]:
-    try:
-        server = OwnedServer(max_connections=MAX_CONNECTIONS)
-    except EmbeddedUnavailable as exc:
-        pytest.skip(str(exc))
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+def small_server(owned_server: OwnedServer) -> str:
+    """The owned server (parametrized small below), migrated: its DSN."""
+    with PortQueue(owned_server.dsn, schema=SCHEMA) as migrator:
+        migrator.migrate()
+    return owned_server.dsn
+
+
+SMALL = pytest.mark.parametrize("owned_server", [{"max_connections": MAX_CONNECTIONS}],
+                                indirect=True, ids=[f"max_connections={MAX_CONNECTIONS}"])
 
 
 def sessions(db: psycopg.Connection[Any], name: str) -> list[tuple[str, str]]:
@@ -75,12 +72,11 @@ def completed(db: psycopg.Connection[Any], job_ids: list[str]) -> int:
     return 0 if row is None else int(row[0])
 
 
+@SMALL
 def test_workers_past_the_connection_limit_wait_and_join_as_connections_free(
-    small_server: OwnedServer, tmp_path: Path,
+    small_server: str, tmp_path: Path,
 ) -> None:
-    dsn = small_server.dsn
-    with PortQueue(dsn, schema=SCHEMA) as migrator:
-        migrator.migrate()
+    dsn = small_server
     with psycopg.connect(dsn, autocommit=True, application_name="test") as db, \
             PortQueue(dsn, schema=SCHEMA, pool_min_size=0, pool_max_size=1,
                       application_name="producer") as pq:
@@ -143,13 +139,12 @@ def test_workers_past_the_connection_limit_wait_and_join_as_connections_free(
             fleet.close()
 
 
+@SMALL
 def test_a_worker_waiting_for_connections_stops_on_sigterm(
-    small_server: OwnedServer, tmp_path: Path,
+    small_server: str, tmp_path: Path,
 ) -> None:
     """SIGTERM while it waits ends it at once, exit 0, having held nothing."""
-    dsn = small_server.dsn
-    with PortQueue(dsn, schema=SCHEMA) as migrator:
-        migrator.migrate()
+    dsn = small_server
     with psycopg.connect(dsn, autocommit=True, application_name="test") as db:
         # Every other slot taken by idle sessions of the test's own.
         fillers = []
