@@ -140,10 +140,13 @@ def test_workers_past_the_connection_limit_wait_and_join_as_connections_free(
 
 
 @SMALL
+@pytest.mark.parametrize("app", [APP, "tests.faults.budget_app:apq"], ids=["thread", "async"])
 def test_a_worker_waiting_for_connections_stops_on_sigterm(
-    small_server: str, tmp_path: Path,
+    small_server: str, tmp_path: Path, app: str,
 ) -> None:
-    """SIGTERM while it waits ends it at once, exit 0, having held nothing."""
+    """SIGTERM while it waits ends it at once, exit 0, having held nothing
+    (with both hosts: ``PortQueue`` runs the worker on a thread,
+    ``AsyncPortQueue`` on the CLI's loop)."""
     dsn = small_server
     with psycopg.connect(dsn, autocommit=True, application_name="test") as db:
         # Every other slot taken by idle sessions of the test's own.
@@ -154,7 +157,7 @@ def test_a_worker_waiting_for_connections_stops_on_sigterm(
                                                application_name="filler"))
             fleet = Fleet(dsn, SCHEMA, tmp_path, db)
             try:
-                proc = fleet.worker(app=APP, module="portqueue.cli", ready=False,
+                proc = fleet.worker(app=app, module="portqueue.cli", ready=False,
                                     BUDGET_APPLICATION_NAME="sigterm")
                 proc.wait_for_log(WAITING_LINE, timeout=30)
                 proc.send(signal.SIGTERM)
