@@ -43,6 +43,7 @@ from portqueue.availability import is_unavailable, server_full, session_lost
 from portqueue.driver import AsyncCursorKeepingConnection, execute_async
 from portqueue.queries import Query
 from portqueue.settings import Settings
+from portqueue.worker.sessions import Session
 from portqueue.worker.stopping import Stopping
 
 log = logging.getLogger("portqueue.worker")
@@ -121,42 +122,6 @@ def pool_size(settings: Settings, connections: int) -> int:
     """The pool's share of a worker's ``connections``: what the listener and
     the claim session leave."""
     return connections - (1 if settings.poll_only else 2)
-
-
-class Session:
-    """A dedicated session its users take in turn (claims and heartbeats),
-    opened on first use and again after it failed."""
-
-    def __init__(self, connections: Connections, role: str) -> None:
-        self._connections = connections
-        self.role = role
-        self._conn: psycopg.AsyncConnection[Any] | None = None
-        self._lock = asyncio.Lock()
-
-    async def connect(self) -> psycopg.AsyncConnection[Any]:
-        if self._conn is None or self._conn.closed:
-            self._conn = await self._connections.connect(self.role)
-        return self._conn
-
-    @contextlib.asynccontextmanager
-    async def use(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """The session, to this caller alone until the block ends; closed
-        if the block fails on it, so the next user opens a new one."""
-        async with self._lock:
-            conn = await self.connect()
-            try:
-                yield conn
-            except (psycopg.Error, OSError):
-                await self._close()
-                raise
-
-    async def close(self) -> None:
-        async with self._lock:
-            await self._close()
-
-    async def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        await self._connections.discard(conn)
 
 
 class Connections:
