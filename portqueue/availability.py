@@ -59,3 +59,22 @@ NOT_MIGRATED_SQLSTATES = frozenset({"42P01", "3F000"})
 def schema_missing(error: BaseException) -> bool:
     """True when a portqueue statement failed because its tables do not exist."""
     return sqlstate(error) in NOT_MIGRATED_SQLSTATES
+
+
+# What a refused connection says: libpq reports a failed connect without its
+# SQLSTATE, so the server's message is matched (53300 too_many_connections,
+# for superusers and for the reserved slots; 57P03 cannot_connect_now). The
+# server's messages are in English unless lc_messages says otherwise.
+SERVER_FULL_MESSAGES = ("too many clients already", "remaining connection slots are reserved",
+                        "the database system is starting up",
+                        "the database system is in recovery mode",
+                        "the database system is not yet accepting connections")
+
+
+def server_full(error: BaseException) -> bool:
+    """True when the server refused a new connection for want of a free slot
+    (or for starting up): worth waiting for, unlike a wrong DSN."""
+    if sqlstate(error) in ("53300", "57P03"):
+        return True
+    message = str(error)
+    return any(text in message for text in SERVER_FULL_MESSAGES)

@@ -59,7 +59,12 @@ from portqueue.types import (
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_PAGE, batch_tx
 from portqueue.worker.host import ThreadWorkerHost
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, Registry, queue_spec
-from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS, Worker
+from portqueue.worker.runtime import (
+    DEFAULT_CONNECTIONS,
+    LISTEN_HEALTH_SECONDS,
+    MIN_CONNECTIONS,
+    Worker,
+)
 
 # How often a poll_only client re-reads a waited-for job.
 POLL_ONLY_WAIT_SECONDS = 0.1
@@ -724,6 +729,7 @@ class PortQueue:
         self, queues: Sequence[str] | None, concurrency: int | None, maintenance: bool,
         scheduler: bool, poll_interval: float, grace_seconds: float,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> Worker:
         if self._host is not None:
             raise InvalidArgument("start", "this client's worker is already running")
@@ -747,6 +753,8 @@ class PortQueue:
             scheduler=scheduler,
             listen_check_seconds=validation.positive_seconds(
                 "listen_check_seconds", listen_check_seconds),
+            connections=validation.integer("connections", connections,
+                                           minimum=MIN_CONNECTIONS, maximum=1000),
         )
 
     def start(
@@ -759,6 +767,7 @@ class PortQueue:
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> None:
         """Start consuming the registered queues (or ``queues``); returns once running.
 
@@ -772,10 +781,16 @@ class PortQueue:
         ``listen_check_seconds`` (default 15): a LISTEN connection quiet this long
         must answer a ``SELECT 1`` within a third of it or is replaced, so a
         silently dropped one is noticed in about 4/3 of it plus 5 s.
+        ``connections`` (default 3, at least 3): the worker's own connections,
+        the listener, the claim session (claims and heartbeats) and a pool
+        for outcomes, maintenance and the scheduler, which gets the rest
+        (docs/operations.md, "Connections per worker"). While the server has
+        no connection free, the worker waits for them (one warning) and
+        returns once it has them.
         """
         worker = self._worker(
             queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
-            listen_check_seconds)
+            listen_check_seconds, connections)
         host = ThreadWorkerHost(worker)
         host.start()
         self._host = host
@@ -798,13 +813,14 @@ class PortQueue:
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> None:
         """Run workers until SIGTERM (drain, then return) or SIGINT / a second signal
         (abort). Raises ``PortQueueError`` if the worker dies of a fatal error.
         Settings as for ``start()``."""
         worker = self._worker(
             queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
-            listen_check_seconds)
+            listen_check_seconds, connections)
         host = ThreadWorkerHost(worker)
         self._host = host
         try:

@@ -201,3 +201,16 @@ def claim_limited(q: Queries, *, queue: str, slots: int, lease_seconds: int,
 # The status of claim_limited's row saying when the rate lets a job start
 # next: its data_json is the number of seconds until then.
 RATE_LIMITED = "rate_limited"
+
+
+# --- the listener ---
+
+
+def queue_peers(q: Queries, worker_id: str, queues: Sequence[str]) -> Query:
+    """This worker's rank among the live workers of each of ``queues``."""
+    return q("queue_peers", id=worker_id, queues=list(queues))
+
+
+def peer_ranks(rows: Rows) -> dict[str, int]:
+    """Queue -> this worker's rank (1: the oldest live worker of the queue)."""
+    return {str(row["queue"]): int(row["rank"]) for row in rows}

@@ -545,3 +545,17 @@ j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
                              p.output)::text
                   FROM {schema}.job AS p WHERE p.id = ANY(j.depends_on)) END
                   AS parent_outputs_json
+
+-- name: queue_peers
+-- This worker's rank among the live workers of each of these queues (oldest
+-- first), and how many there are: the first few listen for the queue's
+-- wake-ups, the rest poll (worker/listener.py). Live: seen within a minute
+-- (heartbeats come every third of a lease).
+SELECT queue, rank, workers FROM (
+    SELECT q.queue, w.id,
+           row_number() OVER (PARTITION BY q.queue ORDER BY w.started_at, w.id) AS rank,
+           count(*) OVER (PARTITION BY q.queue) AS workers
+    FROM {schema}.worker AS w, unnest(w.queues) AS q(queue)
+    WHERE q.queue = ANY(%(queues)s) AND w.last_seen_at > now() - interval '1 minute'
+) AS ranked
+WHERE id = %(id)s;

@@ -21,7 +21,7 @@ from portqueue.cli.base import fail as _fail
 from portqueue.client import PortQueue
 from portqueue.errors import InvalidArgument, PortQueueError, SchemaNotMigrated
 from portqueue.worker.host import run_until_stopped
-from portqueue.worker.runtime import LISTEN_HEALTH_SECONDS
+from portqueue.worker.runtime import DEFAULT_CONNECTIONS, LISTEN_HEALTH_SECONDS
 
 
 @app.command("worker")
@@ -52,6 +52,9 @@ def worker_command(
         "--listen-check-seconds",
         help="Probe the LISTEN connection after this long without traffic; a dead one "
         "is replaced.")] = LISTEN_HEALTH_SECONDS,
+    connections: Annotated[int, typer.Option(
+        "--connections", help="The worker's own database connections (at least 3: the "
+        "listener, claims and heartbeats, and a pool of the rest).")] = DEFAULT_CONNECTIONS,
     scheduler: Annotated[bool, typer.Option(
         "--scheduler/--no-scheduler", help="Run the scheduler in this process.")] = True,
     maintenance: Annotated[bool, typer.Option(
@@ -92,7 +95,7 @@ def worker_command(
             "queues": None if queues is None else [q.strip() for q in queues.split(",") if q],
             "concurrency": concurrency, "scheduler": scheduler, "maintenance": maintenance,
             "poll_interval": poll_interval, "grace_seconds": grace_seconds,
-            "listen_check_seconds": listen_check_seconds,
+            "listen_check_seconds": listen_check_seconds, "connections": connections,
         }
         if isinstance(client, AsyncPortQueue):
             run_until_stopped(client.run(**options))

@@ -3,10 +3,17 @@ deadline on every statement they run, and how a failure on either is handled.
 
 Roles (each names its connections in pg_stat_activity as
 ``<application_name>:<role>``): ``worker`` (the pool: outcomes, event
-reads, maintenance and scheduler passes), ``fetcher`` (claims),
-``heartbeat`` and ``listener`` (sessions of their own, so neither claims nor
-completions can starve them), and ``handler`` (``job.transaction()``, see
-``handlers.py``).
+reads, maintenance and scheduler passes), ``fetcher`` (claims and
+heartbeats, one at a time, on one session: both are short statements, so
+neither waits long for the other, and neither waits behind a completion
+batch or a maintenance pass), ``listener`` (LISTEN), and ``handler``
+(``job.transaction()``, see ``handlers.py``, outside the budget).
+
+The worker's own connections are a budget (``connections``, default 3): the
+listener, the claim session, and the pool gets the rest (one more without
+the listener, with ``poll_only``). A worker that cannot get them all at
+start (the server is full) holds none while it waits: two workers each
+holding part of what they need would otherwise wait on each other forever.
 
 Every statement on the worker's own roles has a deadline twice over: the
 server's ``statement_timeout`` for the role, and a client-side one a little
@@ -24,28 +31,41 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from portqueue.availability import is_unavailable, session_lost
+from portqueue.availability import is_unavailable, server_full, session_lost
 from portqueue.driver import AsyncCursorKeepingConnection, execute_async
 from portqueue.queries import Query
 from portqueue.settings import Settings
+from portqueue.worker.sessions import Session
+from portqueue.worker.stopping import Stopping
 
 log = logging.getLogger("portqueue.worker")
 
 T = TypeVar("T")
 
-# The pool's size: the completer, event reads and the maintenance services
-# share it (claims, heartbeats and LISTEN have sessions of their own).
-POOL_MAX_SIZE = 7
+# The worker's own connections by default, and the fewest it can work with:
+# the listener, the claim session and a pool of one.
+DEFAULT_CONNECTIONS = 3
+MIN_CONNECTIONS = 3
+# Waiting for a full server at start: the delay doubles up to this, jittered
+# so that workers started together do not all retry at the same instant.
+ADMISSION_MAX_SECONDS = 10.0
+# How long a worker keeps trying at start when connecting fails for another
+# reason (no server yet, a wrong password) before start() raises.
+START_SECONDS = 30.0
+# How long the pool may take to open its first connection during admission
+# before the attempt counts as "the server is full" and starts over.
+POOL_OPEN_SECONDS = 5.0
 # The longest a statement may run, per role, server-side (statement_timeout).
 # The maintenance services set their own, per transaction.
-STATEMENT_SECONDS = {"worker": 30.0, "fetcher": 10.0, "heartbeat": 10.0, "listener": 10.0}
+STATEMENT_SECONDS = {"worker": 30.0, "fetcher": 10.0, "listener": 10.0}
 # The client waits this much longer than the server's timeout before it gives
 # up on the connection (the server's own cancellation answers first when the
 # server is merely slow).
@@ -61,6 +81,12 @@ TCP_KWARGS: dict[str, Any] = {"keepalives": 1, "keepalives_idle": 10,
 class StatementDeadline(psycopg.OperationalError):
     """A statement on a worker connection got no answer in time (its
     connection is closed; the caller retries on a new one)."""
+
+
+def one_line(error: BaseException) -> str:
+    """An error for a log line: libpq's messages span lines (the host tried,
+    then FATAL: …)."""
+    return " ".join(str(error).split())
 
 
 def client_deadline(role: str) -> float:
@@ -92,24 +118,99 @@ async def close_quietly(conn: psycopg.AsyncConnection[Any] | None) -> None:
             await conn.close()
 
 
+def pool_size(settings: Settings, connections: int) -> int:
+    """The pool's share of a worker's ``connections``: what the listener and
+    the claim session leave."""
+    return connections - (1 if settings.poll_only else 2)
+
+
 class Connections:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, budget: int = DEFAULT_CONNECTIONS) -> None:
         self.settings = settings
+        self.budget = budget
         # Every connection handed out and not yet closed, with its role: what
         # interrupt() closes, and what a deadline's log line names.
         self._open: dict[psycopg.AsyncConnection[Any], str] = {}
-        self.pool = AsyncConnectionPool(
-            # Handlers never use it, so none of its users can be starved by
-            # them. Autocommit: completions are single statements, one round
-            # trip each; what needs a transaction opens one.
-            settings.dsn, min_size=1, max_size=POOL_MAX_SIZE, open=False,
-            kwargs={**role_kwargs(settings, "worker"), "autocommit": True},
+        self.pool = self._new_pool()
+        self.claims = Session(self, "fetcher")
+        # The LISTEN session admission opened, for the listener to take.
+        self.first_listener: psycopg.AsyncConnection[Any] | None = None
+
+    def _new_pool(self) -> AsyncConnectionPool[Any]:
+        # Handlers never use it, so none of its users can be starved by them.
+        # Autocommit: completions are single statements, one round trip each;
+        # what needs a transaction opens one.
+        return AsyncConnectionPool(
+            self.settings.dsn, min_size=1, max_size=pool_size(self.settings, self.budget),
+            open=False, kwargs={**role_kwargs(self.settings, "worker"), "autocommit": True},
             connection_class=AsyncCursorKeepingConnection, name="portqueue:worker")
 
     async def open(self) -> None:
         await self.pool.open(wait=True, timeout=30)
 
+    async def admit(self, worker_id: str, *, claims: bool, listener: bool,
+                    stopping: Stopping) -> bool:
+        """Open the claim session, the LISTEN session and the pool (those the
+        worker needs), all or none. While the server has no connection free
+        (server_full) the worker waits, says so once, and tries again with
+        backoff; another failure (no server yet, a wrong password) is retried
+        for START_SECONDS, as a pool would, then raised. False if stop was
+        requested while waiting (nothing is open then)."""
+        waited_since: float | None = None
+        failures = 0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while True:
+            try:
+                if claims:
+                    await self.claims.connect()
+                if listener:
+                    self.first_listener = await self.connect("listener")
+                # The pool retries a refused connect by itself, logging each
+                # try, and its PoolTimeout says neither why nor soon: a direct
+                # connect first answers at once (the slot it frees is the
+                # pool's, barring another process taking it meanwhile).
+                await self.discard(await self.connect("worker"))
+                await self.pool.open(wait=True, timeout=POOL_OPEN_SECONDS)
+            except (psycopg.Error, PoolTimeout) as exc:
+                await self._close_admitted()
+                failures += 1
+                delay = min(0.5 * 2 ** failures, ADMISSION_MAX_SECONDS)
+                if server_full(exc) or isinstance(exc, PoolTimeout):
+                    if waited_since is None:
+                        waited_since = loop.time()
+                        log.warning(
+                            "worker %s: the database has no connection free for it (%s); "
+                            "waiting for %d, retrying every %.0f s at most", worker_id,
+                            one_line(exc), self.budget, ADMISSION_MAX_SECONDS)
+                    # Jittered: workers refused together do not retry together.
+                    delay *= random.uniform(0.5, 1.0)
+                else:
+                    left = START_SECONDS - (loop.time() - started)
+                    if left <= 0:
+                        raise
+                    delay = min(delay, left)
+                await stopping.sleep(delay)
+                if stopping():
+                    return False
+                continue
+            if waited_since is not None:
+                log.info("worker %s: got its connections after waiting %.0f s", worker_id,
+                         loop.time() - waited_since)
+            return True
+
+    async def _close_admitted(self) -> None:
+        await self.claims.close()
+        listening, self.first_listener = self.first_listener, None
+        await self.discard(listening)
+        await self.pool.close(timeout=1.0)
+        # A closed pool cannot be opened again.
+        self.pool = self._new_pool()
+
     async def close(self) -> None:
+        await self.claims.close()
+        listening, self.first_listener = self.first_listener, None
+        await self.discard(listening)
         await self.pool.close(timeout=1.0)
 
     async def interrupt(self) -> None:

@@ -48,7 +48,6 @@ class Fetcher:
         self._worker_id = worker_id
         self._start = start
         self._started = started
-        self._conn: psycopg.AsyncConnection[Any] | None = None
         self._patterns = PatternVerdicts(settings.instance_key)
         self._limits = Limits(settings.queries, list(queues), demand)
         # Held from a claim until its runners exist: stop() takes it before
@@ -61,21 +60,20 @@ class Fetcher:
         # Claims run on a connection of their own, not one from the pool: no
         # checkout per claim, and always the same warm backend (the pool hands
         # its idle connections out in turn). About a tenth of an idle worker's
-        # commit-to-start latency (docs/performance.md).
-        if self._conn is None or self._conn.closed:
-            self._conn = await self._connections.connect("fetcher")
-        return self._conn
+        # commit-to-start latency (docs/performance.md). The heartbeat shares
+        # it (connections.Session), between claims.
+        return await self._connections.claims.connect()
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        await self._connections.discard(conn)
+        await self._connections.claims.close()
 
     async def run(self) -> None:
+        # The session outlives the loop: the heartbeat keeps the running
+        # jobs' leases on it through the drain (stop() closes it).
         try:
             await self._claim_until_stopped()
         finally:
             self._limits.close()
-            await self.close()
 
     async def _claim_until_stopped(self) -> None:
         failures = 0
@@ -126,7 +124,6 @@ class Fetcher:
                 # checked meanwhile.
                 for queue in asked:
                     demand.want(queue)
-                await self.close()
                 at_once = await self._connections.check_after(exc) and not retried_at_once
                 retried_at_once = at_once
                 failures += 0 if at_once else 1
@@ -151,8 +148,8 @@ class Fetcher:
             demand.claimed(asked, claimed)
 
     async def _refresh_limits(self) -> None:
-        conn = await self.connect()
-        await self._connections.within(conn, self._limits.refresh(conn))
+        async with self._connections.claims.use() as conn:
+            await self._connections.within(conn, self._limits.refresh(conn))
 
     async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
         """One claim outside the loop (drain): its jobs start as the loop's do."""
@@ -162,22 +159,23 @@ class Fetcher:
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
         """Claim up to ``asked`` slots per queue and start what was claimed;
         returns every row (expired ones included: they used a slot)."""
-        conn = await self.connect()
         plain = {name: slots for name, slots in asked.items()
                  if not self._limits.limited(name)}
         rows: list[Claimed] = []
-        if plain:
-            query = ops.claim(
-                self._settings.queries, slots=plain,
-                lease_seconds={name: self._queues[name].lease_seconds for name in plain},
-                worker_id=self._worker_id, **self._patterns.claim_params())
-            rows = await self._connections.within(conn, fetch_async(conn, query, Claimed.rows))
-        for name, slots in asked.items():
-            if name not in plain:
-                rows += await self._connections.within(conn, self._limits.claim(
-                    conn, name, slots, self._queues[name].lease_seconds,
-                    self._patterns.claim_params(), self._worker_id))
-        await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
+        async with self._connections.claims.use() as conn:
+            if plain:
+                query = ops.claim(
+                    self._settings.queries, slots=plain,
+                    lease_seconds={name: self._queues[name].lease_seconds for name in plain},
+                    worker_id=self._worker_id, **self._patterns.claim_params())
+                rows = await self._connections.within(
+                    conn, fetch_async(conn, query, Claimed.rows))
+            for name, slots in asked.items():
+                if name not in plain:
+                    rows += await self._connections.within(conn, self._limits.claim(
+                        conn, name, slots, self._queues[name].lease_seconds,
+                        self._patterns.claim_params(), self._worker_id))
+            await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
         traced = hooks.tracing_on()
         started = []
         for claimed in rows:

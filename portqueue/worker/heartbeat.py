@@ -1,6 +1,8 @@
 """The heartbeat: one statement extends every lease this worker holds and
-carries progress, attrs and cancel requests, on a session handlers cannot
-starve; a second refreshes the worker's own row.
+carries progress, attrs and cancel requests; a second refreshes the worker's
+own row. Both run on the claim session, between claims (``session``): short
+statements, never behind a completion batch or a maintenance pass, and no
+connection of their own (the budget in connections.py).
 
 Leases held are those of running jobs and of finished jobs whose outcome
 the completer has not written yet (``leases()``), so a job whose outcome is
@@ -10,6 +12,7 @@ stuck is not rescued and run again meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -33,6 +36,8 @@ BURST_SECONDS = 0.05
 class Heartbeat:
     def __init__(self, connections: Connections, queries: Queries, events: EventDispatch,
                  stopping: Stopping, registration: Query, interval: float, worker_id: str,
+                 session: Callable[[], contextlib.AbstractAsyncContextManager[
+                     psycopg.AsyncConnection[Any]]],
                  leases: Callable[[], list[Running]]) -> None:
         self._connections = connections
         self.q = queries
@@ -42,6 +47,7 @@ class Heartbeat:
         self._interval = interval
         self._worker_id = worker_id
         self._leases = leases
+        self._session = session
         self._now = asyncio.Event()
         self._loop = asyncio.get_running_loop()
 
@@ -50,31 +56,24 @@ class Heartbeat:
         self._loop.call_soon_threadsafe(self._now.set)
 
     async def run(self) -> None:
-        conn: psycopg.AsyncConnection[Any] | None = None
         failures = 0
-        try:
-            while not self._stopping():
-                await self._stopping.wait_for(self._now, self._interval)
-                if self._now.is_set():
-                    # Woken by progress or attrs: gather a burst into one write.
-                    await self._stopping.sleep(BURST_SECONDS)
-                self._now.clear()
-                if self._stopping():
-                    return
-                try:
-                    if conn is None or conn.closed:
-                        conn = await self._connections.connect("heartbeat")
+        while not self._stopping():
+            await self._stopping.wait_for(self._now, self._interval)
+            if self._now.is_set():
+                # Woken by progress or attrs: gather a burst into one write.
+                await self._stopping.sleep(BURST_SECONDS)
+            self._now.clear()
+            if self._stopping():
+                return
+            try:
+                # The session closes itself when the touch fails on it.
+                async with self._session() as conn:
                     await self._touch(conn)
-                    failures = 0
-                except psycopg.Error as exc:
-                    failures += 1
-                    log.warning("worker %s: heartbeat failed (%s)", self._worker_id, exc)
-                    await self._connections.discard(conn)
-                    conn = None
-                    await self._stopping.sleep(min(0.1 * 2 ** failures, self._interval))
-        finally:
-            # Its session ends now, not at the next GC.
-            await self._connections.discard(conn)
+                failures = 0
+            except psycopg.Error as exc:
+                failures += 1
+                log.warning("worker %s: heartbeat failed (%s)", self._worker_id, exc)
+                await self._stopping.sleep(min(0.1 * 2 ** failures, self._interval))
 
     async def _touch(self, conn: psycopg.AsyncConnection[Any]) -> None:
         touched = self._leases()

@@ -93,6 +93,8 @@ class AsyncWorkerHost:
         def on_signal(signum: int) -> None:
             if not started:
                 early.append(signum)
+                # A start waiting for connections gives up instead.
+                self.worker.abandon_start()
                 return
             abort = signum == signal.SIGINT or bool(stopping)
             log.info("received %s: %s", signal.Signals(signum).name,
@@ -214,6 +216,9 @@ class ThreadWorkerHost:
                 else:  # the worker has no loop yet: the stop below aborts
                     aborted_while_starting.append(signum)
             else:
+                if not self._ready.is_set():
+                    # A start waiting for connections gives up instead.
+                    self.worker.abandon_start()
                 self._events.put(signum)
             received.append(signum)
 

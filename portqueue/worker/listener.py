@@ -4,6 +4,22 @@ A job notification names a queue: that queue is claimed when it has a free
 slot (``Demand.want``). A cancel notification names a job: its signal is set
 if it runs here. After every (re)connect all queues are claimed once, since
 notifications sent while nobody listened are lost.
+
+With many processes consuming one queue, every NOTIFY would wake each of
+them (its backend, then its loop) and make each with a free slot claim, all
+but one finding nothing: 50 idle processes and 50 adds a second kept both
+cores busy and the producer's add p50 went up 10- to 14-fold (measured:
+docs/performance.md, "Many worker processes"). So only the WAKE_SHARE oldest
+live workers of a queue (the worker table, read before LISTEN and at each
+health check) listen. A worker that is not among them for any of its queues
+LISTENs on no channel at all: PostgreSQL signals every backend that listens
+on any channel of the database at every NOTIFY, whatever the channel. It
+claims at every poll, and the cancels of its running jobs reach them with
+the heartbeat (a third of the lease) instead of at once.
+
+A lost session is said once (one warning), however many reconnects it
+takes (a full server may refuse them for minutes), and its return once
+(info); the fetcher's poll claims meanwhile.
 """
 
 from __future__ import annotations
@@ -14,8 +30,10 @@ from typing import Any
 
 import psycopg
 
+from portqueue import worker_operations as ops
+from portqueue.driver import execute_async
 from portqueue.queries import Queries
-from portqueue.worker.connections import Connections
+from portqueue.worker.connections import Connections, one_line
 from portqueue.worker.demand import Demand
 from portqueue.worker.state import RunningJobs
 from portqueue.worker.stopping import Stopping
@@ -28,6 +46,8 @@ RECONNECT_MAX_SECONDS = 10.0
 # server to cancel it): a black-holed connection is replaced within about
 # 4/3 of this plus 5 s, instead of being waited on forever.
 LISTEN_HEALTH_SECONDS = 15.0
+# How many of a queue's workers listen for its wake-ups (the oldest live ones).
+WAKE_SHARE = 4
 
 
 class Listener:
@@ -41,49 +61,98 @@ class Listener:
         self._stopping = stopping
         self._worker_id = worker_id
         self._check_seconds = check_seconds
+        self._lost = False
+        # This worker's rank among each queue's live workers; unknown is 1.
+        self._ranks: dict[str, int] = {}
+        self._subscribed = False
 
     async def run(self) -> None:
         failures = 0
+        # Opened at start by the worker's admission, when it had one to open.
+        conn, self._connections.first_listener = self._connections.first_listener, None
         while not self._stopping():
-            try:
-                conn = await self._connections.connect("listener")
-            except psycopg.Error as exc:
-                failures += 1
-                delay = min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS)
-                log.warning("worker %s: LISTEN connection failed (%s); retrying in %.1fs",
-                            self._worker_id, exc, delay)
-                await self._stopping.sleep(delay)
-                continue
+            if conn is None:
+                try:
+                    conn = await self._connections.connect("listener")
+                except psycopg.Error as exc:
+                    failures += 1
+                    self._say_lost(f"cannot reconnect: {one_line(exc)}")
+                    await self._stopping.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
+                    continue
             try:
                 await self._stopping.until_stopped(self._listen(conn))
                 failures = 0
             except (psycopg.Error, asyncio.TimeoutError, OSError) as exc:
                 failures += 1
-                log.warning("worker %s: LISTEN connection lost (%s); reconnecting",
-                            self._worker_id, exc)
+                self._say_lost(one_line(exc))
                 await self._stopping.sleep(min(0.1 * 2 ** failures, RECONNECT_MAX_SECONDS))
             finally:
                 await self._connections.discard(conn)
+                conn = None
+
+    def _say_lost(self, why: str) -> None:
+        if not self._lost:
+            self._lost = True
+            log.warning("worker %s: LISTEN connection lost (%s); reconnecting, and polling "
+                        "every poll interval meanwhile", self._worker_id, why)
+
+    def _listening(self) -> None:
+        if self._lost:
+            self._lost = False
+            log.info("worker %s: LISTEN connection back", self._worker_id)
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        for channel in (self.q.job_channel, self.q.cancel_channel):
-            await self._connections.within(conn, conn.execute(
-                psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel))))
+        # Before LISTEN, so that LISTEN is the session's last statement in
+        # pg_stat_activity until the first health check (operators look).
+        await self._rank(conn)
+        self._subscribed = False
+        if self._wakes_any():
+            await self._subscribe(conn, "LISTEN")
+        self._listening()
         # Jobs added while no connection listened: look now.
         self._demand.want_all()
         while not self._stopping():
             async for notify in conn.notifies(timeout=self._check_seconds):
                 if notify.channel == self.q.job_channel:
                     # Only the queue named, and only once it has a free slot.
-                    self._demand.want(notify.payload)
+                    if self._ranks.get(notify.payload, 1) <= WAKE_SHARE:
+                        self._demand.want(notify.payload)
                 elif notify.channel == self.q.cancel_channel:
                     running = self._jobs.get(notify.payload)
                     if running is not None:
                         running.state.set("cancelled")
             # Quiet for a while: prove the connection still answers, so a
-            # silently dropped one is replaced instead of waited on forever.
+            # silently dropped one is replaced instead of waited on forever
+            # (and count the queues' workers again on the way).
             try:
-                await asyncio.wait_for(conn.execute("SELECT 1"), self._check_seconds / 3)
+                await asyncio.wait_for(self._probe(conn), self._check_seconds / 3)
             except asyncio.TimeoutError:
                 raise asyncio.TimeoutError(
                     f"no answer to SELECT 1 within {self._check_seconds / 3:.1f}s") from None
+
+    async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        await self._rank(conn)
+        if self._wakes_any() != self._subscribed:
+            # A listener stopped (or started): the share moves.
+            await self._subscribe(conn, "UNLISTEN" if self._subscribed else "LISTEN")
+            if self._subscribed:
+                self._demand.want_all()
+        # Last, so that pg_stat_activity shows the probe (operators look).
+        await conn.execute("SELECT 1")
+
+    def _wakes_any(self) -> bool:
+        return any(self._ranks.get(queue, 1) <= WAKE_SHARE for queue in self._demand.queues)
+
+    async def _subscribe(self, conn: psycopg.AsyncConnection[Any], command: str) -> None:
+        """LISTEN (or UNLISTEN) the cancel channel, then the job channel."""
+        for channel in (self.q.cancel_channel, self.q.job_channel):
+            await self._connections.within(conn, conn.execute(
+                psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(channel))))
+        self._subscribed = command == "LISTEN"
+
+    async def _rank(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        queues = self._demand.queues
+        if queues:
+            rows = await self._connections.within(conn, execute_async(
+                conn, ops.queue_peers(self.q, self._worker_id, queues)))
+            self._ranks = ops.peer_ranks(rows)

@@ -34,7 +34,7 @@ from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.completer import BACKLOG_PER_SLOT, Completer
-from portqueue.worker.connections import Connections
+from portqueue.worker.connections import DEFAULT_CONNECTIONS, MIN_CONNECTIONS, Connections
 from portqueue.worker.demand import Demand
 from portqueue.worker.events import EventDispatch
 from portqueue.worker.fetcher import Fetcher
@@ -46,7 +46,8 @@ from portqueue.worker.runner import HANDLER_UNWIND_SECONDS, Runners
 from portqueue.worker.state import Running, RunningJobs
 from portqueue.worker.stopping import Stopping
 
-__all__ = ["HANDLER_UNWIND_SECONDS", "LISTEN_HEALTH_SECONDS", "Worker"]
+__all__ = ["DEFAULT_CONNECTIONS", "HANDLER_UNWIND_SECONDS", "LISTEN_HEALTH_SECONDS",
+           "MIN_CONNECTIONS", "Worker"]
 
 log = logging.getLogger("portqueue.worker")
 
@@ -75,12 +76,14 @@ class Worker:
         scheduler: bool = True,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         for_drain: bool = False,
+        connections: int = DEFAULT_CONNECTIONS,
     ) -> None:
         self.settings = settings
         # drain() claims through the fetcher itself, round by round: no claim
         # loop, and no listener (nothing to wake; cancels reach running jobs
         # through the heartbeat's touch).
         self.for_drain = for_drain
+        self.budget = connections
         self.registry = registry
         self.queues = dict(queues)
         self.poll_interval = poll_interval
@@ -92,6 +95,9 @@ class Worker:
         self.q = settings.queries
         self.fatal: BaseException | None = None
         self.on_fatal: Callable[[], None] = lambda: None
+        # A signal that arrived before start() returned (see abandon_start).
+        self._abandon_requested = False
+        self._abandoned = False
         self._tasks: list[asyncio.Task[None]] = []
         # A worker consuming no queue (scheduler and maintenance only) heartbeats
         # its row as if it held the default lease.
@@ -101,6 +107,8 @@ class Worker:
     # --- life cycle ---
 
     async def start(self) -> None:
+        """Returns once running, or once abandon_start() ended a wait for
+        connections (then nothing runs and stop() has nothing to do)."""
         self.loop = asyncio.get_running_loop()
         # Two stages: ``stopping`` ends claims and the maintenance services at
         # once; ``closing``, set once the drain is over and the last outcomes
@@ -112,7 +120,9 @@ class Worker:
         self.jobs = RunningJobs()
         self._released: list[Running] = []  # settled by stop(), to release
         self.demand = Demand({name: spec.concurrency for name, spec in self.queues.items()})
-        self.connections = Connections(self.settings)
+        if self._abandon_requested:
+            self.stopping.set()
+        self.connections = Connections(self.settings, self.budget)
         self.events = EventDispatch(self.registry, self.connections, self.q, self.id)
         total = sum(spec.concurrency for spec in self.queues.values())
         self.completer = Completer(self.connections, self.q, self.events, self.id,
@@ -121,6 +131,8 @@ class Worker:
         self.heartbeat = Heartbeat(
             self.connections, self.q, self.events, self.closing, self._registration(),
             self._heartbeat_interval(), self.id,
+            # A worker consuming no queue has no claim session to share.
+            session=self.connections.claims.use if self.queues else self.connections.pooled,
             leases=lambda: [*self.jobs.unsettled(), *self.completer.pending()])
         self.runners = Runners(self.settings, self.queues, self.jobs, self.demand,
                                self.handlers, self.completer.add, self.heartbeat.soon)
@@ -128,12 +140,16 @@ class Worker:
                                self.stopping, self.completer.room, self.poll_interval, self.id,
                                self.runners.start,
                                lambda ids: self.events.emit_later("job_started", ids))
-        await self.connections.open()
+        listens = not (self.settings.poll_only or self.for_drain)
+        if not await self.connections.admit(self.id, claims=bool(self.queues),
+                                            listener=listens, stopping=self.stopping):
+            log.info("worker %s: stopped while waiting for connections", self.id)
+            self._abandoned = True
+            return
         await self._register()
-        if self.queues:  # a scheduler/maintenance-only worker claims nothing
-            await self.fetcher.connect()
-            if not self.for_drain:
-                self._spawn(self.fetcher.run(), "fetcher")
+        # A scheduler/maintenance-only worker claims nothing; drain() claims itself.
+        if self.queues and not self.for_drain:
+            self._spawn(self.fetcher.run(), "fetcher")
         self._completing = asyncio.create_task(self.completer.run(), name="portqueue-completer")
         self._spawn(self.heartbeat.run(), "heartbeat")
         if not self.settings.poll_only and not self.for_drain:
@@ -149,9 +165,17 @@ class Worker:
             services += scheduler_services(self.settings, self.connections.pool)
         for service in services:
             self._spawn(service.run(self.stopping, self.stopping.sleep), service.name)
-        log.info("worker %s started: queues=%s instance_key=%s", self.id,
+        log.info("worker %s started: queues=%s instance_key=%s connections=%d", self.id,
                  {name: spec.concurrency for name, spec in self.queues.items()},
-                 self.settings.instance_key)
+                 self.settings.instance_key, self.budget)
+
+    def abandon_start(self) -> None:
+        """Thread-safe: a stop was asked for before start() returned; if
+        start() is still waiting for connections, it gives up and returns."""
+        self._abandon_requested = True
+        loop = getattr(self, "loop", None)
+        if loop is not None and hasattr(self, "stopping"):
+            loop.call_soon_threadsafe(self.stopping.set)
 
     async def _register(self) -> None:
         try:
@@ -202,6 +226,8 @@ class Worker:
     async def stop(self, *, abort: bool = False) -> None:
         """Stop claiming; let running handlers finish (up to grace_seconds), or
         with ``abort`` (or on request_abort) set their signals and release them."""
+        if self._abandoned:
+            return
         if not self.stopping():
             log.info("worker %s stopping (%s)", self.id, "abort" if abort else "drain")
         self.stopping.set()

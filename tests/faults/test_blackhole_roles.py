@@ -1,5 +1,5 @@
-"""Issue 22: one of two workers has its claim (``fetcher``), outcome
-(``worker``, the pool) or ``heartbeat`` connection black-holed (no FIN, no
+"""Issue 22: one of two workers has its claim (``fetcher``, which the
+heartbeat shares) or outcome (``worker``, the pool) connection black-holed (no FIN, no
 RST: the server simply stops answering). It must log the failure with the
 role's name (once per connection), replace the connection and go on; SIGTERM
 must end it within its grace period while black-holed; and it must never run
@@ -62,7 +62,7 @@ def _runs_by(db: psycopg.Connection[Any], pid: int) -> dict[str, int]:
     return runs
 
 
-@pytest.mark.parametrize("role", ["fetcher", "worker", "heartbeat"])
+@pytest.mark.parametrize("role", ["fetcher", "worker"])
 def test_a_black_holed_connection_of_one_worker_among_two(
     role: str, proxy: Proxy, pg_dsn: str, ledger_db: psycopg.Connection[Any], schema: str,
     pq: PortQueue, fleet: Fleet, tmp_path: Path,

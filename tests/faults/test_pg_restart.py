@@ -116,13 +116,13 @@ def test_workers_survive_a_postgres_restart_mid_drain_and_finish_every_job(
            resumed_s=f"{resumed_s:.1f}", drain_s=f"{drained_s:.1f}")
 
 
-@pytest.mark.parametrize("role", ["listener", "heartbeat", "fetcher", "worker", "handler"])
+@pytest.mark.parametrize("role", ["listener", "fetcher", "worker", "handler"])
 def test_a_worker_recovers_when_a_session_of_each_role_is_terminated(
     role: str, pq: PortQueue, fleet: Fleet, ledger_db: psycopg.Connection[Any], schema: str,
     report: Any,
 ) -> None:
     """``pg_terminate_backend`` on the worker's connections of one role (the
-    LISTEN connection, the heartbeat's, the claims', the pool completions use,
+    LISTEN connection, the claims' and heartbeats', the pool completions use,
     the handlers'), mid-drain: the worker stays up and every job completes."""
     db = ledger_db
     worker = fleet.worker(concurrency=4, lease_seconds=2)
@@ -140,7 +140,7 @@ def test_a_worker_recovers_when_a_session_of_each_role_is_terminated(
 
     victims = wait_until(sessions, 10, f"a {application} session")
     db.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [victims])
-    if role in ("listener", "heartbeat", "fetcher"):  # long-lived: replaced by the worker
+    if role in ("listener", "fetcher"):  # long-lived: replaced by the worker
         wait_until(lambda: set(sessions()) - set(victims), 15, f"a new {application} session")
     wait_until(lambda: count_where(db, schema, job_ids, "completed") == len(job_ids), 60,
                "every job to complete", interval=0.05)

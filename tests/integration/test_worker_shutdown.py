@@ -280,12 +280,12 @@ async def test_a_worker_stopped_right_after_start_leaves_no_session_open(
 async def test_a_stopped_worker_closes_its_heartbeat_session(
     apq_factory: Callable[..., AsyncPortQueue], db: Db
 ) -> None:
-    """The heartbeat's connection, opened a third of a lease after start, is closed
+    """The heartbeat's connection (the claim session, which it shares) is closed
     by stop(), not left to the garbage collector (off here)."""
     def heartbeats() -> list[int]:
         rows = db.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND application_name = 'beat-test:heartbeat'").fetchall()
+            "AND application_name = 'beat-test:fetcher'").fetchall()
         return [row[0] for row in rows]
 
     gc.disable()
