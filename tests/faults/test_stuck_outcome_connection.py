@@ -31,6 +31,9 @@ MAX_ATTEMPTS = 8
 LEASE_SECONDS = 2
 GRACE_SECONDS = 5.0
 APP = "tests.faults.outcome_app:pq"
+# ``python -m portqueue.cli`` from the repository root: the workers run this
+# checkout's code, whichever checkout the environment's console script imports.
+CLI = "portqueue.cli"
 
 
 @pytest.mark.slow
@@ -45,7 +48,7 @@ def test_a_worker_stuck_on_its_outcome_connection_fails_nothing_and_runs_nothing
     stuck_fleet = Fleet(proxy.dsn(pg_dsn), schema, tmp_path / "stuck", db)
     try:
         stuck = stuck_fleet.worker(lease_seconds=LEASE_SECONDS, grace_seconds=GRACE_SECONDS,
-                                   app=APP)
+                                   app=APP, module=CLI)
         first = [r.job_id for r in pq.add_jobs(queue=QUEUE, jobs=[{"data": {}}] * 4)
                  if r.job_id is not None]
         wait_until(lambda: count_where(db, schema, first, "completed") == len(first), 20,
@@ -55,7 +58,7 @@ def test_a_worker_stuck_on_its_outcome_connection_fails_nothing_and_runs_nothing
         assert proxy.blackhole("worker") >= 1
 
         healthy = fleet.worker(lease_seconds=LEASE_SECONDS, grace_seconds=GRACE_SECONDS,
-                               app=APP)
+                               app=APP, module=CLI)
         job_ids = [r.job_id for r in pq.add_jobs(queue=QUEUE, jobs=[
             {"data": {"sleep": 0.2}, "retry": {"max_attempts": MAX_ATTEMPTS}}] * JOBS)
             if r.job_id is not None]
