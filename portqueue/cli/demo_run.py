@@ -46,6 +46,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from portqueue import AsyncJob, Job
 from portqueue import demo_operations as ops
 from portqueue.client import PortQueue
 from portqueue.driver import execute_sync
@@ -54,7 +55,6 @@ from portqueue.migrate import migrate
 from portqueue.operations import added_job_id
 from portqueue.queries import queries_for
 from portqueue.types import CancelOutcome, JobSnapshot, JobStatus
-from portqueue.worker.job import AsyncJob, Job
 
 DEFAULT_SCHEMA = "portqueue_demo"
 DEFAULT_JOBS = 300
