@@ -34,6 +34,7 @@ from psycopg.rows import dict_row
 
 from portqueue import PortQueue
 from portqueue.worker.job import Job
+from tests.faults.proxy import Proxy
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.waiting import wait_until
 
@@ -416,7 +417,7 @@ def ledger_handler(ledger_dsn: str) -> Callable[[Job], dict[str, Any]]:
     return handle
 
 
-def link_in_use(proxy: Any, db: psycopg.Connection[Any], role: str) -> bool:
+def link_in_use(proxy: Proxy, db: psycopg.Connection[Any], role: str) -> bool:
     """A forwarding proxy link of ``role`` whose session has run a statement
     (its connect is over: black-holing a connect is another fault)."""
     ports = [link.server.getsockname()[1] for link in proxy.open_links(role)

@@ -90,10 +90,12 @@ def imports_of(module: str) -> dict[str, int]:
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = node.module or ""
             if node.level:
                 package = module if path.name == "__init__.py" else module.rpartition(".")[0]
