@@ -85,7 +85,9 @@ def worker_command(
     client = _load_client(target)
     effective_dsn = dsn or client.dsn
     try:
-        client = client.with_settings(dsn=dsn, schema=schema, instance_key=instance_key)
+        # An empty --dsn keeps the app's, as it always has.
+        client = client.with_settings(dsn=dsn or None, schema=schema,
+                                      instance_key=instance_key)
         if metrics_port is not None:
             _serve_metrics(client, metrics_port, metrics_host)
         options: dict[str, Any] = {
