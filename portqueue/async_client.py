@@ -159,10 +159,42 @@ class AsyncPortQueue:
         self._verdicts = pull.ClientVerdicts(self._settings.instance_key)
         self._consumer_id = uuid7()
 
-    def _reconfigured(self, **overrides: Any) -> AsyncPortQueue:
-        """A new client with the same settings and registrations, some settings
-        replaced (the CLI's --dsn, --schema, --instance-key)."""
+    def with_settings(
+        self,
+        *,
+        dsn: str | None = None,
+        schema: str | None = None,
+        instance_key: str | None = None,
+        max_payload_bytes: int | None = None,
+        pool_min_size: int | None = None,
+        pool_max_size: int | None = None,
+        poll_only: bool | None = None,
+        application_name: str | None = None,
+        default_retention_seconds: int | None = None,
+        default_retention: Retention | Mapping[str, Any] | None = None,
+    ) -> AsyncPortQueue:
+        """A new client with this one's settings and registrations (handlers,
+        tasks, schedules declared), the settings given here replaced; an
+        argument left ``None`` keeps this client's value. The new client has a
+        pool of its own, opened on first use; this one is not touched.
+
+        For code handed a client that must point it elsewhere or size it
+        differently: ``portqueue worker --dsn/--schema/--instance-key``, or a
+        small pool for a side reader::
+
+            reader = pq.with_settings(pool_min_size=0, pool_max_size=1)
+
+        Bad values raise ``InvalidArgument`` naming the argument, as the
+        constructor does."""
         settings = self._settings
+        chosen: dict[str, Any] = {
+            "schema": schema, "instance_key": instance_key,
+            "max_payload_bytes": max_payload_bytes, "pool_min_size": pool_min_size,
+            "pool_max_size": pool_max_size, "poll_only": poll_only,
+            "application_name": application_name,
+            "default_retention_seconds": default_retention_seconds,
+            "default_retention": default_retention,
+        }
         options: dict[str, Any] = {
             "schema": settings.schema, "instance_key": settings.instance_key,
             "max_payload_bytes": settings.max_payload_bytes,
@@ -171,8 +203,8 @@ class AsyncPortQueue:
             "default_retention_seconds": settings.default_retention_seconds,
             "default_retention": settings.default_retention,
         }
-        options.update({k: v for k, v in overrides.items() if k != "dsn" and v is not None})
-        client = AsyncPortQueue(overrides.get("dsn") or settings.dsn, **options)
+        options.update({key: value for key, value in chosen.items() if value is not None})
+        client = AsyncPortQueue(settings.dsn if dsn is None else dsn, **options)
         client._registry = self._registry
         return client
 
@@ -183,6 +215,12 @@ class AsyncPortQueue:
     @property
     def instance_key(self) -> str | None:
         return self._settings.instance_key
+
+    @property
+    def dsn(self) -> str:
+        """The connection string this client connects with. It may hold a
+        password: never log it or put it in an error message."""
+        return self._settings.dsn
 
     # --- life cycle ---
 

@@ -139,17 +139,17 @@ def _judge(q: Queries, verdicts: ClientVerdicts, patterns: Sequence[str]) -> Ope
         refusal = None
         try:
             rows = yield Batch(iter([
-                q("begin_pattern_check"),
-                q("pattern_check_deadline", milliseconds=str(JUDGE_DEADLINE_MS)),
-                q("check_pattern", instance_key=verdicts.instance_key, pattern=pattern),
+                ops.begin_pattern_check(q),
+                ops.pattern_check_deadline(q, milliseconds=JUDGE_DEADLINE_MS),
+                ops.check_pattern(q, instance_key=verdicts.instance_key, pattern=pattern),
             ]))
         except Exception as error:
             refusal = sqlstate(error)
             if refusal not in PATTERN_REFUSALS:
                 raise
             rows = []
-        yield Batch(iter([q("end_pattern_check"), q("release_pattern_check")]))
-        verdicts.remember(pattern, bool(rows and rows[-1]["matches"]),
+        yield Batch(iter(ops.end_pattern_check(q)))
+        verdicts.remember(pattern, ops.pattern_matches(rows),
                           timed_out=refusal == _TIMED_OUT)
         judged = True
     return judged
@@ -164,8 +164,9 @@ def complete(settings: Settings, job_id: object, lease_token: object,
     lease = _lease(job_id, lease_token)
     output_json = "null" if output is None else validation.payload(
         "output", output, settings.max_payload_bytes)
-    head = json.dumps({"id": lease.id, "lease_token": lease.lease_token, "status": "completed"})
-    rows = yield ops.complete_jobs(settings.queries, [f'{head[:-1]},"output":{output_json}}}'])
+    entry = ops.completion_entry(lease.id, lease.lease_token, status="completed",
+                                 output_json=output_json)
+    rows = yield ops.complete_jobs(settings.queries, [entry])
     return lease.id in ops.completed_ids(rows)
 
 
@@ -199,14 +200,11 @@ def fail(settings: Settings, job_id: object, lease_token: object, error: object,
     record = (error_record(error, attempt) if isinstance(error, BaseException)
               else {**error_record(Exception(error), attempt), "type": TEXT_ERROR_TYPE,
                     "traceback": None})
-    entry = {
-        "id": lease.id, "lease_token": lease.lease_token,
-        "status": "cancelled" if row["cancel_requested"] else "failed",
-        "retry": again,
-        "delay_seconds": retry_delay(policy, attempt) if again and policy else 0.0,
-        "error": record,
-    }
-    failed = yield ops.fail_jobs(q, [json.dumps(entry)])
+    entry = ops.failure_entry(
+        lease.id, lease.lease_token,
+        status="cancelled" if row["cancel_requested"] else "failed", retry=again,
+        delay_seconds=retry_delay(policy, attempt) if again and policy else 0.0, error=record)
+    failed = yield ops.fail_jobs(q, [entry])
     return lease.id in ops.failed_ids(failed)
 
 

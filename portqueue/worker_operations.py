@@ -214,3 +214,72 @@ def queue_peers(q: Queries, worker_id: str, queues: Sequence[str]) -> Query:
 def peer_ranks(rows: Rows) -> dict[str, int]:
     """Queue -> this worker's rank (1: the oldest live worker of the queue)."""
     return {str(row["queue"]): int(row["rank"]) for row in rows}
+
+
+# --- judging a preferred_instance_key_pattern for one key ---
+
+
+def pattern_check_deadline(q: Queries, *, milliseconds: int) -> Query:
+    """The deadline of the check that follows, for the rest of its transaction
+    (or savepoint)."""
+    return q("pattern_check_deadline", milliseconds=str(milliseconds))
+
+
+def check_pattern(q: Queries, *, instance_key: str, pattern: str) -> Query:
+    """Whether ``instance_key`` matches ``pattern``, as a claim would match it."""
+    return q("check_pattern", instance_key=instance_key, pattern=pattern)
+
+
+def pattern_matches(rows: Rows) -> bool:
+    return bool(rows and rows[-1]["matches"])
+
+
+def begin_pattern_check(q: Queries) -> Query:
+    """A savepoint around a pull consumer's check, in the caller's transaction."""
+    return q("begin_pattern_check")
+
+
+def end_pattern_check(q: Queries) -> Sequence[Query]:
+    """Back to before ``begin_pattern_check``: its deadline ends, a refusal's
+    error never aborts the caller's transaction."""
+    return [q("end_pattern_check"), q("release_pattern_check")]
+
+
+# --- the entries of the fenced writes ---
+# Built once per job as JSON text (the completer sends them as they are).
+# Progress and attrs are what the heartbeat has not written yet; None writes
+# nothing new.
+
+
+def completion_entry(job_id: str, lease_token: int, *, status: str, output_json: str,
+                     progress: float | None = None,
+                     attrs: Mapping[str, Any] | None = None) -> str:
+    """A ``complete_jobs`` entry; ``output_json`` is the output already encoded."""
+    if progress is None and attrs is None:
+        # The common case, written directly (it runs for every job): the id
+        # is a UUID's text, the token an int and the status a fixed word,
+        # none of which needs escaping; absent keys read as NULL.
+        return (f'{{"id":"{job_id}","lease_token":{lease_token},'
+                f'"status":"{status}","output":{output_json}}}')
+    head = json.dumps({"id": job_id, "lease_token": lease_token, "status": status,
+                       "progress": progress, "attrs": attrs})
+    return f'{head[:-1]},"output":{output_json}}}'
+
+
+def failure_entry(job_id: str, lease_token: int, *, status: str, retry: bool,
+                  delay_seconds: float, error: Mapping[str, Any],
+                  progress: float | None = None,
+                  attrs: Mapping[str, Any] | None = None) -> str:
+    """A ``fail_jobs`` entry: ``status`` failed or cancelled; with ``retry``,
+    back to pending ``delay_seconds`` later instead."""
+    return json.dumps({"id": job_id, "lease_token": lease_token, "status": status,
+                       "retry": retry, "delay_seconds": delay_seconds, "error": error,
+                       "progress": progress, "attrs": attrs})
+
+
+def snooze_entry(job_id: str, lease_token: int, *, delay_seconds: float,
+                 progress: float | None = None,
+                 attrs: Mapping[str, Any] | None = None) -> str:
+    """A ``snooze_jobs`` entry: back to pending ``delay_seconds`` later."""
+    return json.dumps({"id": job_id, "lease_token": lease_token,
+                       "delay_seconds": delay_seconds, "progress": progress, "attrs": attrs})

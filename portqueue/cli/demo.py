@@ -59,7 +59,7 @@ def demo_command(
     # Here, not at the top: rich and the demo are for this command only.
     from rich.console import Console
 
-    from portqueue.demo import DemoError, demo_logging, run_demo, summary_line
+    from portqueue.cli.demo_run import DemoError, demo_logging, run_demo, summary_line
     from portqueue.embedded import EmbeddedUnavailable, default_data_dir, start_embedded
 
     try:

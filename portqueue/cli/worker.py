@@ -86,9 +86,11 @@ def worker_command(
     logging.basicConfig(level=log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     client = _load_client(target)
-    effective_dsn = dsn or client._settings.dsn
+    effective_dsn = dsn or client.dsn
     try:
-        client = client._reconfigured(dsn=dsn, schema=schema, instance_key=instance_key)
+        # An empty --dsn keeps the app's, as it always has.
+        client = client.with_settings(dsn=dsn or None, schema=schema,
+                                      instance_key=instance_key)
         if metrics_port is not None:
             _serve_metrics(client, metrics_port, metrics_host)
         options: dict[str, Any] = {

@@ -55,7 +55,7 @@ def maintenance_services(settings: Settings, pool: AsyncConnectionPool[Any],
 
 def scheduler_services(settings: Settings, pool: AsyncConnectionPool[Any]) -> list[Service]:
     """The services a worker runs unless started with scheduler=False."""
-    from portqueue.scheduler import Scheduler
+    from portqueue.maintenance.scheduler import Scheduler
 
     return [Scheduler(settings, pool)]
 

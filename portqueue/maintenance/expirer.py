@@ -8,6 +8,7 @@ starts counting from then.
 
 from __future__ import annotations
 
+from portqueue import maintenance_operations as ops
 from portqueue.maintenance.service import BatchService
 from portqueue.queries import Query
 
@@ -21,4 +22,4 @@ class Expirer(BatchService):
     done = "expired %d job(s) not started in time"
 
     def batch_query(self) -> Query:
-        return self.q("expire_pending", limit=self.batch_size)
+        return ops.expire_pending(self.q, limit=self.batch_size)

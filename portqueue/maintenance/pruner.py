@@ -30,10 +30,9 @@ from typing import Any
 
 import psycopg
 
+from portqueue import maintenance_operations as ops
 from portqueue.driver import execute_async
 from portqueue.maintenance.service import Service
-from portqueue.queries import Query
-from portqueue.types import FOREVER
 
 
 class Pruner(Service):
@@ -55,47 +54,28 @@ class Pruner(Service):
         async with self.transaction() as conn:
             if not await self.begin(conn):
                 return total
-            defaults = self.settings.default_retention
-            work = await execute_async(conn, self.q(
-                "prune_work", default_ttl_seconds=self.settings.default_retention_seconds,
-                default_completed_ttl_seconds=defaults.completed_ttl_seconds,
-                default_failed_ttl_seconds=defaults.failed_ttl_seconds,
-                default_keep_completed=defaults.keep_completed,
-                default_keep_failed=defaults.keep_failed, forever=FOREVER))
+            work = ops.prune_work_items(await execute_async(conn, ops.prune_work(
+                self.q, default_retention_seconds=self.settings.default_retention_seconds,
+                default_retention=self.settings.default_retention)))
         for item in work:
             # Each batch starts after the last row the previous one looked at.
-            after: dict[str, Any] = {"after_finished_at": None, "after_id": None}
+            after: ops.PruneBatch | None = None
             while True:
                 async with self.transaction() as conn:
                     if not await self.begin(conn):
                         return total
-                    (row,) = await execute_async(conn, self._batch(item, after))
-                total += row["deleted"]
+                    batch = ops.pruned(await execute_async(conn, ops.prune_batch(
+                        self.q, item, limit=self.batch_size,
+                        waited_grace_seconds=self.waited_grace_seconds, after=after)))
+                total += batch.deleted
                 self.batches += 1
-                if row["candidates"] < self.batch_size:
+                if batch.candidates < self.batch_size:
                     break
-                after = {"after_finished_at": row["last_finished_at"],
-                         "after_id": row["last_id"]}
+                after = batch
         return total
 
     async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         if not await super().begin(conn):
             return False
-        await execute_async(conn, self.q("disable_jit"))
+        await execute_async(conn, ops.disable_jit(self.q))
         return True
-
-    def _batch(self, item: dict[str, Any], after: dict[str, Any]) -> Query:
-        """The statement deleting the next batch of one work item of prune_work."""
-        shared = {"limit": self.batch_size, "waited_grace_seconds": self.waited_grace_seconds,
-                  **after}
-        if item["rule"] == "own_ttl":
-            return self.q("prune_by_own_ttl", ttl=item["ttl"], **shared)
-        if item["rule"] == "own_completed_ttl":
-            return self.q("prune_by_own_completed_ttl", ttl=item["ttl"], **shared)
-        if item["rule"] == "own_failed_ttl":
-            return self.q("prune_by_own_failed_ttl", ttl=item["ttl"], **shared)
-        if item["rule"] == "queue_ttl":
-            return self.q("prune_by_queue_ttl", queue=item["queue"], status=item["status"],
-                          ttl=item["ttl"], **shared)
-        return self.q("prune_by_count", queue=item["queue"], status=item["status"],
-                      keep=item["keep"], forever=FOREVER, **shared)

@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from portqueue import maintenance_operations as ops
 from portqueue.maintenance.service import BatchService
 from portqueue.queries import Query
 from portqueue.settings import Settings
@@ -38,6 +39,6 @@ class Reaper(BatchService):
         self.min_silence_seconds = min_silence_seconds
 
     def batch_query(self) -> Query:
-        return self.q("reap_workers", limit=self.batch_size,
-                      min_seconds=self.min_silence_seconds,
-                      default_lease_seconds=DEFAULT_LEASE_SECONDS)
+        return ops.reap_workers(self.q, limit=self.batch_size,
+                                min_silence_seconds=self.min_silence_seconds,
+                                default_lease_seconds=DEFAULT_LEASE_SECONDS)

@@ -13,6 +13,7 @@ from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from portqueue import maintenance_operations as ops
 from portqueue.maintenance.service import BatchService, lock_key
 from portqueue.metrics import hooks
 from portqueue.queries import Query
@@ -37,9 +38,10 @@ class Rescuer(BatchService):
         self._on_rescued = on_rescued
 
     def batch_query(self) -> Query:
-        return self.q("rescue_lapsed", limit=self.batch_size)
+        return ops.rescue_lapsed(self.q, limit=self.batch_size)
 
     def handled(self, rows: list[dict[str, Any]]) -> None:
-        hooks.jobs_rescued(row["queue"] for row in rows)
-        if self._on_rescued is not None and rows:
-            self._on_rescued([str(row["id"]) for row in rows])
+        job_ids, queues = ops.rescued(rows)
+        hooks.jobs_rescued(queues)
+        if self._on_rescued is not None and job_ids:
+            self._on_rescued(job_ids)

@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
+from portqueue import maintenance_operations as ops
 from portqueue._testing import checkpoint
 from portqueue.driver import execute_async
 from portqueue.queries import Query
@@ -100,12 +101,11 @@ class Service:
     async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Take this service's lock for the transaction (``conn`` from
         ``transaction()``); False if another process has it."""
-        (lock,) = await execute_async(conn, self.q(
-            "try_maintenance_lock", key=lock_key(self.settings.schema, self.name)))
-        if not lock["acquired"]:
+        if not ops.lock_acquired(await execute_async(conn, ops.try_lock(
+                self.q, key=lock_key(self.settings.schema, self.name)))):
             return False
-        await execute_async(conn, self.q(
-            "set_statement_timeout", milliseconds=str(STATEMENT_TIMEOUT_MS)))
+        await execute_async(conn, ops.set_statement_timeout(
+            self.q, milliseconds=STATEMENT_TIMEOUT_MS))
         return True
 
 

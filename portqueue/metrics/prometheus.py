@@ -10,6 +10,7 @@ The counters and histograms are served without ``_created`` samples
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import threading
@@ -113,12 +114,17 @@ class QueueReader:
 
     def __init__(self, client: PortQueue | AsyncPortQueue, cache_seconds: float,
                  timeout: float) -> None:
-        settings = client._settings
-        # A sync client of its own: scrapes arrive on the HTTP server's thread,
-        # and an async client belongs to its loop.
-        self._client = PortQueue(
-            settings.dsn, schema=settings.schema, poll_only=settings.poll_only,
+        # A client of its own, one connection at most: scrapes arrive on the
+        # HTTP server's thread, and an async client belongs to its loop. An
+        # async one's reads run on a loop of the reader's one thread.
+        derived = client.with_settings(
             pool_min_size=0, pool_max_size=1, application_name="portqueue-metrics")
+        self._client: PortQueue | None = None
+        self._async: tuple[AsyncPortQueue, asyncio.AbstractEventLoop] | None = None
+        if isinstance(derived, AsyncPortQueue):
+            self._async = (derived, asyncio.new_event_loop())
+        else:
+            self._client = derived
         self._cache_seconds = cache_seconds
         self._timeout = timeout
         self._lock = threading.Lock()
@@ -148,6 +154,11 @@ class QueueReader:
         return stats
 
     def _read(self) -> list[QueueStats]:
+        if self._async is not None:
+            client, loop = self._async
+            return loop.run_until_complete(self._read_async(client))
+        if self._client is None:
+            return []
         names: list[str] = []
         while len(names) < MAX_QUEUES:
             page = self._client.get_queues(limit=PAGE, offset=len(names))
@@ -156,9 +167,33 @@ class QueueReader:
                 break
         return [self._client.get_queue_stats(queue=name) for name in names[:MAX_QUEUES]]
 
+    @staticmethod
+    async def _read_async(client: AsyncPortQueue) -> list[QueueStats]:
+        names: list[str] = []
+        while len(names) < MAX_QUEUES:
+            page = await client.get_queues(limit=PAGE, offset=len(names))
+            names += [info.queue for info in page.items]
+            if len(page.items) < PAGE:
+                break
+        return [await client.get_queue_stats(queue=name) for name in names[:MAX_QUEUES]]
+
     def close(self) -> None:
+        if self._async is not None:
+            # Closed on the reader's thread, after any read in progress: the
+            # pool and the loop belong to it.
+            self._thread.submit(self._close_async, *self._async)
+            self._thread.shutdown(wait=False)
+            return
         self._thread.shutdown(wait=False, cancel_futures=True)
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
+
+    @staticmethod
+    def _close_async(client: AsyncPortQueue, loop: asyncio.AbstractEventLoop) -> None:
+        try:
+            loop.run_until_complete(client.aclose())
+        finally:
+            loop.close()
 
 
 class QueueCollector(Collector):

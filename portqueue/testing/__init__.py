@@ -36,7 +36,7 @@ _SHOWN = 10
 def enqueued_jobs(pq: PortQueue | AsyncPortQueue, *, queue: str) -> list[JobSnapshot]:
     """Every pending job of ``queue`` (delayed ones included), oldest first."""
     if isinstance(pq, AsyncPortQueue):
-        with PortQueue(pq._settings.dsn, schema=pq.schema, pool_max_size=1) as reader:
+        with PortQueue(pq.dsn, schema=pq.schema, pool_max_size=1) as reader:
             return enqueued_jobs(reader, queue=queue)
     if not isinstance(pq, PortQueue):
         raise InvalidArgument("pq", f"must be a PortQueue or an AsyncPortQueue, got {pq!r}")

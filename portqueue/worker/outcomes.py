@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import traceback
 from dataclasses import dataclass
 from typing import Any
@@ -10,6 +9,7 @@ from typing import Any
 import psycopg
 
 from portqueue import validation
+from portqueue import worker_operations as ops
 from portqueue.control import Cancel, Snooze
 from portqueue.worker.backoff import retry_delay
 from portqueue.worker.state import Running
@@ -24,17 +24,9 @@ class Completion:
     output_json: str
 
     def as_json(self) -> str:
-        report = _last_report(self.running)
         claimed = self.running.claimed
-        if report["progress"] is None and report["attrs"] is None:
-            # The common case, written directly (it runs for every job): the
-            # id is a UUID's text, the token an int and the status a fixed
-            # word, none of which needs escaping; absent keys read as NULL.
-            return (f'{{"id":"{claimed.id}","lease_token":{claimed.lease_token},'
-                    f'"status":"{self.status}","output":{self.output_json}}}')
-        head = json.dumps({"id": claimed.id, "lease_token": claimed.lease_token,
-                           "status": self.status, **report})
-        return f'{head[:-1]},"output":{self.output_json}}}'
+        return ops.completion_entry(claimed.id, claimed.lease_token, status=self.status,
+                                    output_json=self.output_json, **_last_report(self.running))
 
 
 @dataclass(frozen=True)
@@ -46,15 +38,10 @@ class Failure:
     error: dict[str, Any]
 
     def as_json(self) -> str:
-        return json.dumps({
-            "id": self.running.claimed.id,
-            "lease_token": self.running.claimed.lease_token,
-            "status": self.status,
-            "retry": self.retry,
-            "delay_seconds": self.delay_seconds,
-            "error": self.error,
-            **_last_report(self.running),
-        })
+        claimed = self.running.claimed
+        return ops.failure_entry(claimed.id, claimed.lease_token, status=self.status,
+                                 retry=self.retry, delay_seconds=self.delay_seconds,
+                                 error=self.error, **_last_report(self.running))
 
 
 def _last_report(running: Running) -> dict[str, Any]:
@@ -94,12 +81,9 @@ class Snoozed:
     seconds: float
 
     def as_json(self) -> str:
-        return json.dumps({
-            "id": self.running.claimed.id,
-            "lease_token": self.running.claimed.lease_token,
-            "delay_seconds": self.seconds,
-            **_last_report(self.running),
-        })
+        claimed = self.running.claimed
+        return ops.snooze_entry(claimed.id, claimed.lease_token, delay_seconds=self.seconds,
+                                **_last_report(self.running))
 
 
 Outcome = Completion | Failure | Settled | Unsure | Snoozed

@@ -26,6 +26,7 @@ from typing import Any
 
 import psycopg
 
+from portqueue import worker_operations as ops
 from portqueue.driver import execute_async, sqlstate
 from portqueue.operations import PATTERN_DEADLINE_MS, PATTERN_REFUSALS
 from portqueue.queries import Queries
@@ -97,10 +98,10 @@ class PatternVerdicts:
             return False  # what `NULL ~ pattern` would say, without compiling it
         try:
             async with conn.transaction():
-                await execute_async(conn, q(
-                    "pattern_check_deadline", milliseconds=str(JUDGE_DEADLINE_MS)))
-                (row,) = await execute_async(conn, q(
-                    "check_pattern", instance_key=self.instance_key, pattern=pattern))
+                await execute_async(conn, ops.pattern_check_deadline(
+                    q, milliseconds=JUDGE_DEADLINE_MS))
+                rows = await execute_async(conn, ops.check_pattern(
+                    q, instance_key=self.instance_key, pattern=pattern))
         except psycopg.Error as error:
             state = sqlstate(error)
             if state not in PATTERN_REFUSALS or conn.broken:
@@ -115,7 +116,7 @@ class PatternVerdicts:
                         f"took over {JUDGE_DEADLINE_MS} ms" if state == _TIMED_OUT else
                         f"refuses it ({error})")
             return False
-        return bool(row["matches"])
+        return ops.pattern_matches(rows)
 
     def to_judge(self, patterns: Sequence[str]) -> list[str]:
         """The distinct ``patterns`` not judged yet, as many as one claim judges

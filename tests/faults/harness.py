@@ -34,6 +34,7 @@ from psycopg.rows import dict_row
 
 from portqueue import PortQueue
 from portqueue.worker.job import Job
+from tests.faults.proxy import Proxy
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.waiting import wait_until
 
@@ -414,3 +415,13 @@ def ledger_handler(ledger_dsn: str) -> Callable[[Job], dict[str, Any]]:
         return {"pid": os.getpid(), "attempt": job.attempt}
 
     return handle
+
+
+def link_in_use(proxy: Proxy, db: psycopg.Connection[Any], role: str) -> bool:
+    """A forwarding proxy link of ``role`` whose session has run a statement
+    (its connect is over: black-holing a connect is another fault)."""
+    ports = [link.server.getsockname()[1] for link in proxy.open_links(role)
+             if link.forwarding and link.server is not None]
+    row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
+                     "AND query <> ''", [ports]).fetchone()
+    return row is not None and row[0] > 0

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 
 from portqueue import PortQueue
-from tests.faults.harness import QUEUE, Fleet, Proc, count_where, ledger
+from tests.faults.harness import QUEUE, Fleet, Proc, count_where, ledger, link_in_use
 from tests.faults.proxy import Proxy
 from tests.support.waiting import wait_until
 
@@ -38,16 +38,6 @@ APP = "tests.faults.outcome_app:pq"
 
 def _forwarding(proxy: Proxy, role: str) -> int:
     return len([link for link in proxy.open_links(role) if link.forwarding])
-
-
-def _in_use(proxy: Proxy, db: psycopg.Connection[Any], role: str) -> bool:
-    """A forwarding link of ``role`` whose session has run a statement (its
-    connect is over: black-holing a connect is another fault)."""
-    ports = [link.server.getsockname()[1] for link in proxy.open_links(role)
-             if link.forwarding and link.server is not None]
-    row = db.execute("SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) "
-                     "AND query <> ''", [ports]).fetchone()
-    return row is not None and row[0] > 0
 
 
 def _deadline_lines(proc: Proc, role: str) -> int:
@@ -93,7 +83,7 @@ def test_a_black_holed_connection_of_one_worker_among_two(
             module="tests.faults.short_deadlines", FAULT_STATEMENT_SECONDS=str(STATEMENT_SECONDS))
         add(8)
         wait_until(all_completed, 20, "the jobs before the fault")
-        wait_until(lambda: _in_use(proxy, db, role), 20, f"the victim's {role} connection")
+        wait_until(lambda: link_in_use(proxy, db, role), 20, f"the victim's {role} connection")
 
         holed = proxy.blackhole(role)
         assert holed >= 1

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue.scheduler import Scheduler, next_tick
+from portqueue.maintenance.scheduler import Scheduler, next_tick
 from portqueue.validation import cron_spec
 from tests.hostile.support import HOSTILE
 from tests.support.refusals import Unchanged, assert_refused, refusal

@@ -17,7 +17,7 @@ import pytest
 from psycopg import sql
 from rich.console import Console
 
-from portqueue.demo import SCHEMA_MARK, Plan, demo_logging
+from portqueue.cli.demo_run import SCHEMA_MARK, Plan, demo_logging
 
 pytestmark = pytest.mark.slow
 
@@ -59,9 +59,9 @@ def assert_summary(result: subprocess.CompletedProcess[str]) -> None:
     assert_no_error_records(result)
     out = result.stdout
     #                      pending active completed failed cancelled expired
-    assert table_row(out, "demo") == [0, 0, JOBS - PLAN.broken - 1, PLAN.broken, 0, 0]
-    assert table_row(out, "demo-long") == [0, 0, 0, 0, 1, 0]
-    assert table_row(out, "demo-dead") == [PLAN.broken, 0, 0, 0, 0, 0]
+    assert table_row(out, "demo") == [0, 0, JOBS - PLAN.broken - 1, PLAN.broken, 0, 0, 0]
+    assert table_row(out, "demo-long") == [0, 0, 0, 0, 1, 0, 0]
+    assert table_row(out, "demo-dead") == [PLAN.broken, 0, 0, 0, 0, 0, 0]
     assert re.search(r"throughput\s+[\d,]+ jobs/s", out), out
     assert re.search(r"commit-to-start\s+p50 [\d.]+ ms, p99 [\d.]+ ms", out), out
     assert "cancel_job: SIGNALLED" in out
@@ -153,10 +153,10 @@ def demo_console() -> Iterator[io.StringIO]:
 def log_failures(out: io.StringIO, level: str) -> str:
     demo_logging(Console(file=out, width=200), level)
     worker = logging.getLogger("portqueue.worker")
-    worker.error(FAILED_RECORD, "j-broken", "demo", 3, 3, "", "portqueue.demo.DemoFailure",
+    worker.error(FAILED_RECORD, "j-broken", "demo", 3, 3, "", "portqueue.cli.demo_run.DemoFailure",
                  "broken on purpose: fails every attempt")
     worker.warning(FAILED_RECORD, "j-flaky", "demo", 1, 3, ", will retry",
-                   "portqueue.demo.DemoFailure", "flaky on purpose")
+                   "portqueue.cli.demo_run.DemoFailure", "flaky on purpose")
     worker.error(FAILED_RECORD, "j-real", "demo", 3, 3, "", "builtins.KeyError", "'n'")
     return out.getvalue()
 

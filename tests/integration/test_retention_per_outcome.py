@@ -17,7 +17,7 @@ from psycopg import sql
 
 from portqueue import FOREVER, AsyncPortQueue, InvalidArgument, PortQueue, Retention
 from portqueue.maintenance import run_pass
-from portqueue.scheduler import Scheduler
+from portqueue.maintenance.scheduler import Scheduler
 from tests.support.rows import count_rows, finish, job_row, update_job
 from tests.support.services import run_once
 from tests.support.waiting import wait_until

@@ -22,7 +22,7 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from portqueue import JobStatus, PauseMode, PortQueue
-from portqueue.scheduler import Scheduler
+from portqueue.maintenance.scheduler import Scheduler
 from tests.support.rows import count_rows, db_now, schedule_row, spawned_jobs
 from tests.support.services import run_once, service_pool, settings_for
 from tests.support.waiting import wait_until
@@ -449,7 +449,7 @@ async def test_concurrent_schedulers_spawn_each_due_tick_once(
 
 EXACTLY_ONCE_PROCESS = """
 import asyncio, sys, threading
-from portqueue.scheduler import Scheduler
+from portqueue.maintenance.scheduler import Scheduler
 from tests.support.services import service_pool, settings_for
 
 dsn, schema = sys.argv[1], sys.argv[2]

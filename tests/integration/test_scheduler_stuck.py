@@ -19,7 +19,7 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue.scheduler import Scheduler
+from portqueue.maintenance.scheduler import Scheduler
 from tests.support.rows import db_now, schedule_row, spawned_jobs
 from tests.support.services import service_pool, settings_for
 from tests.support.waiting import wait_until

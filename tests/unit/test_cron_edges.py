@@ -9,8 +9,8 @@ from datetime import datetime, timezone
 import pytest
 
 from portqueue import CronSpec, InvalidArgument, Schedule
+from portqueue.maintenance.scheduler import next_tick
 from portqueue.operations import next_run_at
-from portqueue.scheduler import next_tick
 from portqueue.validation import cron_spec
 
 UTC = timezone.utc

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from portqueue.scheduler import next_tick
+from portqueue.maintenance.scheduler import next_tick
 
 UTC = timezone.utc
 

@@ -5,6 +5,7 @@ running worker."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from portqueue import worker_operations as ops
@@ -35,6 +36,10 @@ BUILT: list[Query] = [
     ops.touch_jobs(q, [ops.Touch(LEASE, 60, None, None)]),
     ops.jobs_by_id(q, [LEASE.id]),
     ops.leased_jobs(q, [LEASE]),
+    ops.pattern_check_deadline(q, milliseconds=100),
+    ops.check_pattern(q, instance_key="k", pattern="^k"),
+    ops.begin_pattern_check(q),
+    *ops.end_pattern_check(q),
 ]
 
 
@@ -59,3 +64,23 @@ def test_decoders() -> None:
     assert ops.failed_ids([{"id": "a"}]) == {"a"}
     assert ops.touched([{"id": "a", "cancel_requested": True}]) == {"a": True}
     assert ops.settled_statuses([{"id": "a", "status": "completed"}]) == {"a": "completed"}
+    assert ops.pattern_matches([{"matches": True}]) is True
+    assert ops.pattern_matches([]) is False
+
+
+def test_the_fenced_writes_entries_as_their_statements_read_them() -> None:
+    plain = ops.completion_entry(LEASE.id, 7, status="completed", output_json='{"a":1}')
+    assert json.loads(plain) == {"id": LEASE.id, "lease_token": 7, "status": "completed",
+                                 "output": {"a": 1}}
+    reported = ops.completion_entry(LEASE.id, 7, status="cancelled", output_json="null",
+                                    progress=0.5, attrs={"k": "v\""})
+    assert json.loads(reported) == {"id": LEASE.id, "lease_token": 7, "status": "cancelled",
+                                    "progress": 0.5, "attrs": {"k": "v\""}, "output": None}
+    failure = ops.failure_entry(LEASE.id, 7, status="failed", retry=True, delay_seconds=2.0,
+                                error={"type": "E"})
+    assert json.loads(failure) == {"id": LEASE.id, "lease_token": 7, "status": "failed",
+                                   "retry": True, "delay_seconds": 2.0, "error": {"type": "E"},
+                                   "progress": None, "attrs": None}
+    snooze = ops.snooze_entry(LEASE.id, 7, delay_seconds=3.0, attrs={"n": 1})
+    assert json.loads(snooze) == {"id": LEASE.id, "lease_token": 7, "delay_seconds": 3.0,
+                                  "progress": None, "attrs": {"n": 1}}

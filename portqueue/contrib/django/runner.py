@@ -23,10 +23,10 @@ from django.tasks.signals import task_finished, task_started
 from django.utils import timezone
 from django.utils.json import normalize_json
 
+from portqueue import Job
 from portqueue.client import PortQueue
 from portqueue.contrib.django.backend import PortQueueBackend, new_client
 from portqueue.contrib.django.results import exception_class_path
-from portqueue.worker.job import Job
 
 
 def _settle(result: TaskResult, status: TaskResultStatus, **fields: Any) -> None:

@@ -46,6 +46,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from portqueue import AsyncJob, Job
+from portqueue import demo_operations as ops
 from portqueue.client import PortQueue
 from portqueue.driver import execute_sync
 from portqueue.errors import PortQueueError
@@ -53,7 +55,6 @@ from portqueue.migrate import migrate
 from portqueue.operations import added_job_id
 from portqueue.queries import queries_for
 from portqueue.types import CancelOutcome, JobSnapshot, JobStatus
-from portqueue.worker.job import AsyncJob, Job
 
 DEFAULT_SCHEMA = "portqueue_demo"
 DEFAULT_JOBS = 300
@@ -188,17 +189,17 @@ def fresh_schema(dsn: str, schema: str) -> Iterator[str]:
     lock on it until the block ends; yields the server's version."""
     q = queries_for(schema)
     with psycopg.connect(dsn, autocommit=True, application_name="portqueue:demo") as conn:
-        (lock,) = execute_sync(conn, q("demo_lock", key=_lock_key(schema)))
+        (lock,) = execute_sync(conn, ops.lock(q, key=_lock_key(schema)))
         if not lock["acquired"]:
             raise DemoError(f"another portqueue demo is running on schema {schema!r}")
-        found = execute_sync(conn, q("demo_schema_comment", schema=schema))
+        found = execute_sync(conn, ops.schema_comment(q, schema=schema))
         if found and found[0]["comment"] != SCHEMA_MARK:
             raise DemoError(
                 f"schema {schema!r} exists and was not created by portqueue demo, "
                 "which drops its schema on every run: pick another --schema")
-        execute_sync(conn, q("demo_drop_schema"))
+        execute_sync(conn, ops.drop_schema(q))
         migrate(dsn, schema=schema)
-        execute_sync(conn, q("demo_mark_schema"))
+        execute_sync(conn, ops.mark_schema(q))
         version = conn.info.server_version
         yield f"{version // 10000}.{version % 10000}"
 
@@ -337,8 +338,8 @@ class Demo:
         q = queries_for(self.schema)
         with psycopg.connect(self.dsn, autocommit=True,
                              application_name="portqueue:demo") as conn:
-            (throughput,) = execute_sync(conn, q("demo_throughput", job_ids=self.burst_ids))
-            (latency,) = execute_sync(conn, q("demo_latency", job_ids=self.trickle_ids))
+            (throughput,) = execute_sync(conn, ops.throughput(q, job_ids=self.burst_ids))
+            (latency,) = execute_sync(conn, ops.latency(q, job_ids=self.trickle_ids))
         long_job_row = pq.get_job(job_id=self.long_id) if self.long_id else None
         delayed = pq.get_job(job_id=self.delayed_id) if self.delayed_id else None
         delayed_wait = None

@@ -30,13 +30,13 @@ process from then on, so it never holds a batch's slot.
 
 from __future__ import annotations
 
-import json
 import logging
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from psycopg_pool import AsyncConnectionPool
 
+from portqueue import maintenance_operations as ops
 from portqueue.cron import next_match
 from portqueue.driver import execute_async
 from portqueue.ids import uuid7
@@ -117,25 +117,23 @@ class Scheduler(Service):
         total = 0
         while True:
             async with self.transaction() as conn:
-                await execute_async(conn, self.q(
-                    "set_statement_timeout", milliseconds=str(STATEMENT_TIMEOUT_MS)))
-                due = await execute_async(conn, self.q(
-                    "lock_due_schedules", limit=self.batch_size,
-                    passed_over=sorted(self._passed_over)))
+                await execute_async(conn, ops.set_statement_timeout(
+                    self.q, milliseconds=STATEMENT_TIMEOUT_MS))
+                due = await execute_async(conn, ops.lock_due_schedules(
+                    self.q, limit=self.batch_size, passed_over=self._passed_over))
                 ticks = [tick for tick in map(self._advance, due) if tick is not None]
                 if ticks:
-                    rows = await execute_async(conn, self.q(
-                        "spawn_scheduled_jobs", ticks=json.dumps(ticks)))
+                    rows = await execute_async(conn, ops.spawn_scheduled_jobs(self.q, ticks))
                     total += self._report(rows)
-                (row,) = await execute_async(conn, self.q("next_schedule_due"))
-                self._next_due = row["seconds"]
+                self._next_due = ops.seconds_until_due(
+                    await execute_async(conn, ops.next_schedule_due(self.q)))
             # A full batch means more may be due. Every row of it was either
             # advanced, disabled or passed over from now on, so the next batch
             # holds other rows and the loop ends.
             if len(due) < self.batch_size:
                 return total
 
-    def _advance(self, row: dict[str, Any]) -> dict[str, Any] | None:
+    def _advance(self, row: dict[str, Any]) -> ops.Tick | None:
         """The tick to spawn for one locked schedule row, and the one after it
         (None: it was the last, and the schedule is disabled)."""
         try:
@@ -155,13 +153,9 @@ class Scheduler(Service):
         if following is None:
             log.info("schedule %s: tick %s is its last (its cron has no later match); "
                      "the schedule is disabled", row["id"], row["next_run_at"].isoformat())
-        return {
-            "schedule_id": str(row["id"]),
-            "job_id": uuid7(),
-            "scheduled_for": row["next_run_at"].isoformat(),
-            "next_run_at": None if following is None else following.isoformat(),
-            "spawn": not self._misfired(row),
-        }
+        return ops.Tick(schedule_id=str(row["id"]), job_id=uuid7(),
+                        scheduled_for=row["next_run_at"], next_run_at=following,
+                        spawn=not self._misfired(row))
 
     @staticmethod
     def _misfired(row: dict[str, Any]) -> bool:
