@@ -118,15 +118,23 @@ def retry_policy_of(row: dict[str, Any]) -> RetryPolicy | None:
 
 
 def _retry_policy(row: dict[str, Any]) -> RetryPolicy:
-    # A job row's max_attempts is NOT NULL: its policy is always set.
+    # A job row's max_attempts is NOT NULL: its policy is always set. A queue
+    # row's other retry columns may be NULL; they then mean RetryPolicy's own
+    # defaults, the one place the built-in policy is written
+    # (tests/unit/test_retry_defaults.py checks the SQL, schema and docs against it).
+    built_in = RetryPolicy()
+
+    def column(name: str, default: Any) -> Any:
+        return default if row[name] is None else row[name]
+
     return RetryPolicy(
         max_attempts=row["max_attempts"],
-        delay_seconds=row["retry_delay_seconds"] or 0,
+        delay_seconds=column("retry_delay_seconds", built_in.delay_seconds),
         backoff=Backoff(
-            strategy=BackoffStrategy(row["backoff_strategy"] or "fixed"),
-            factor=row["backoff_factor"] if row["backoff_factor"] is not None else 2.0,
+            strategy=BackoffStrategy(column("backoff_strategy", built_in.backoff.strategy)),
+            factor=column("backoff_factor", built_in.backoff.factor),
             max_delay_seconds=row["backoff_max_delay_seconds"],
-            jitter=bool(row["backoff_jitter"]),
+            jitter=column("backoff_jitter", built_in.backoff.jitter),
         ),
     )
 
