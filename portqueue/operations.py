@@ -471,8 +471,8 @@ def _unkeyed_results(queue: str, specs: Sequence[JobSpec], rows: Rows) -> list[A
 
 def _with_job_id(template: AddJobResult, job_id: str) -> AddJobResult:
     # A frozen dataclass's __init__ sets each field through object.__setattr__;
-    # copying a template's fields is three times faster, and this runs for
-    # every job of a batch.
+    # copying a template's fields is cheaper (docs/performance.md), and this
+    # runs for every job of a batch.
     added = object.__new__(AddJobResult)
     added.__dict__.update(template.__dict__, job_id=job_id)
     return added
@@ -901,7 +901,7 @@ def add_job(
 # A batch of more entries than this, added on the client's own connection, is
 # streamed: one INSERT per this many entries, in one transaction and one
 # pipeline, each chunk validated and encoded while the server inserts the one
-# before. A 1,000-job batch took a fifth less time (docs/performance.md).
+# before, so a large batch's two halves overlap (docs/performance.md).
 # poll_only clients stream too: a pipeline is plain extended protocol, and the
 # transaction keeps PgBouncer's server connection until it ends.
 STREAM_CHUNK = 250
