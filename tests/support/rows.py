@@ -92,6 +92,14 @@ def finish(db: psycopg.Connection[Any], schema: str, job_id: str, status: str) -
     update_job(db, schema, job_id, f"status = '{status}', finished_at = now()")
 
 
+def set_queue(db: psycopg.Connection[Any], schema: str, queue: str, assignments: str) -> None:
+    """``UPDATE queue SET <assignments>`` (constant SQL) on ``queue``'s row, made if missing."""
+    db.execute(sql.SQL("INSERT INTO {} (name) VALUES (%s) ON CONFLICT DO NOTHING").format(
+        sql.Identifier(schema, "queue")), [queue])
+    db.execute(sql.SQL("UPDATE {} SET ").format(sql.Identifier(schema, "queue"))
+               + sql.SQL(assignments) + sql.SQL(" WHERE name = %s"), [queue])
+
+
 def set_dead_letter_queue(
     db: psycopg.Connection[Any], schema: str, queue: str, dead_letter_queue: str
 ) -> None:
