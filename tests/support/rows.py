@@ -41,7 +41,10 @@ def job_row(db: psycopg.Connection[Any], schema: str, job_id: str) -> dict[str, 
     return row
 
 
-def schedule_row(db: psycopg.Connection[Any], schema: str, schedule_id: str) -> dict[str, Any]:
+def schedule_row(
+    db: psycopg.Connection[Any], schema: str, schedule_id: str | None
+) -> dict[str, Any]:
+    # None is accepted (a result's optional id) and fails as a missing row.
     row = fetch_one(db, schema, "schedule", "id = %s", [schedule_id])
     assert row is not None, f"schedule {schedule_id} is not in the table"
     return row
