@@ -9,7 +9,8 @@ schema whole and a diff of the file is the diff of the schema.
     PORTQUEUE_TEST_DSN=postgresql://postgres@127.0.0.1:5432/postgres \\
         python tools/dump_schema.py [--check]
 
-The DSN names a server, not a database: the tool creates a scratch database,
+The DSN (``PORTQUEUE_TEST_DSN``, else ``PORTQUEUE_DSN``) names a server; its
+database is not touched: the tool creates a scratch database,
 migrates the default schema into it, reads it and drops the database, so it
 needs the CREATEDB privilege. ``--check`` only reports whether the file is
 current. Run it after every change to migrations/;
@@ -188,10 +189,10 @@ def generate(server_dsn: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    server_dsn = os.environ.get("PORTQUEUE_TEST_DSN")
+    server_dsn = os.environ.get("PORTQUEUE_TEST_DSN") or os.environ.get("PORTQUEUE_DSN")
     if not server_dsn:
-        print("set PORTQUEUE_TEST_DSN to a server this tool may create a database on",
-              file=sys.stderr)
+        print("set PORTQUEUE_TEST_DSN (or PORTQUEUE_DSN) to a server this tool may create "
+              "a database on", file=sys.stderr)
         return 2
     text = generate(server_dsn)
     if "--check" in argv:
