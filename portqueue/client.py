@@ -135,7 +135,8 @@ class PortQueue:
             # would otherwise make it grow, and psycopg_pool hands its
             # connections out in turn, so a producer adding jobs one by one
             # would alternate between two backends, each statement going to
-            # the one idle the longest (about a fifth slower here).
+            # the one idle the longest, which is slower (docs/performance.md,
+            # "Figures behind the code's comments").
             max_size=max(self._settings.pool_min_size, 1),
             # Autocommit: a one-statement operation (add_job, cancel_job, a read)
             # is one round trip instead of BEGIN, statement, COMMIT; operations
@@ -271,9 +272,9 @@ class PortQueue:
         self._open()
         try:
             # getconn/putconn, not pool.connection(): its ``with conn`` commits
-            # on the way out, a no-op in autocommit that still doubled the cost
-            # of a checkout (5.4 against 2.7 µs). putconn rolls back what is
-            # left open.
+            # on the way out, a no-op in autocommit that still costs as much as
+            # the checkout itself (docs/performance.md). putconn rolls back what
+            # is left open.
             conn = self._pool.getconn()
             try:
                 if self._pool.max_size < self._settings.pool_max_size:

@@ -16,9 +16,9 @@ from portqueue.validation import schema_name
 if TYPE_CHECKING:
     from alembic.config import Config
 
-# Alembic and SQLAlchemy are imported where they are used: together they are
-# about 0.3 s of `import portqueue`, which every producer and worker pays and
-# only a migration needs.
+# Alembic and SQLAlchemy are imported where they are used: together they
+# would be most of `import portqueue` (docs/performance.md), which every
+# producer and worker pays and only a migration needs.
 
 
 def _lock_key(schema: str) -> int:

@@ -121,15 +121,23 @@ def retry_policy_of(row: dict[str, Any]) -> RetryPolicy | None:
 
 
 def _retry_policy(row: dict[str, Any]) -> RetryPolicy:
-    # A job row's max_attempts is NOT NULL: its policy is always set.
+    # A job row's max_attempts is NOT NULL: its policy is always set. A queue
+    # row's other retry columns may be NULL; they then mean RetryPolicy's own
+    # defaults, the one place the built-in policy is written
+    # (tests/unit/test_retry_defaults.py checks the SQL, schema and docs against it).
+    built_in = RetryPolicy()
+
+    def column(name: str, default: Any) -> Any:
+        return default if row[name] is None else row[name]
+
     return RetryPolicy(
         max_attempts=row["max_attempts"],
-        delay_seconds=row["retry_delay_seconds"] or 0,
+        delay_seconds=column("retry_delay_seconds", built_in.delay_seconds),
         backoff=Backoff(
-            strategy=BackoffStrategy(row["backoff_strategy"] or "fixed"),
-            factor=row["backoff_factor"] if row["backoff_factor"] is not None else 2.0,
+            strategy=BackoffStrategy(column("backoff_strategy", built_in.backoff.strategy)),
+            factor=column("backoff_factor", built_in.backoff.factor),
             max_delay_seconds=row["backoff_max_delay_seconds"],
-            jitter=bool(row["backoff_jitter"]),
+            jitter=column("backoff_jitter", built_in.backoff.jitter),
         ),
     )
 
@@ -477,8 +485,8 @@ def _unkeyed_results(queue: str, specs: Sequence[JobSpec], rows: Rows) -> list[A
 
 def _with_job_id(template: AddJobResult, job_id: str) -> AddJobResult:
     # A frozen dataclass's __init__ sets each field through object.__setattr__;
-    # copying a template's fields is three times faster, and this runs for
-    # every job of a batch.
+    # copying a template's fields is cheaper (docs/performance.md), and this
+    # runs for every job of a batch.
     added = object.__new__(AddJobResult)
     added.__dict__.update(template.__dict__, job_id=job_id)
     return added
@@ -907,7 +915,7 @@ def add_job(
 # A batch of more entries than this, added on the client's own connection, is
 # streamed: one INSERT per this many entries, in one transaction and one
 # pipeline, each chunk validated and encoded while the server inserts the one
-# before. A 1,000-job batch took a fifth less time (docs/performance.md).
+# before, so a large batch's two halves overlap (docs/performance.md).
 # poll_only clients stream too: a pipeline is plain extended protocol, and the
 # transaction keeps PgBouncer's server connection until it ends.
 STREAM_CHUNK = 250

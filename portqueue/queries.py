@@ -124,3 +124,8 @@ def _render_fragments(schema: sql.Identifier) -> dict[str, sql.Composable]:
 @functools.lru_cache(maxsize=32)
 def queries_for(schema: str) -> Queries:
     return Queries(schema)
+
+
+def statement_names(text: str) -> list[str]:
+    """The named statements of one sql/ file's text, in file order (its fragments left out)."""
+    return [name for kind, name in _BLOCK_RE.findall(text) if kind == "name"]

@@ -43,10 +43,10 @@ MAX_PAGE = 500
 DEFAULT_PAGE = 50
 DEFAULT_MAX_PAYLOAD_BYTES = 1024 * 1024
 # The highest max_payload_bytes a client may set. Postgres parses the payload
-# as jsonb, which can take ~6x the text for dense shapes ([0,0,...]): a 48 MiB
-# array of zeros fails mid-statement ("invalid memory alloc request size"),
-# aborting the caller's transaction, where 32 MiB still passes. 16 MiB keeps a
-# 2x margin, the batch wrapper included.
+# as jsonb, which can take several times the text for dense shapes ([0,0,...]),
+# and past a size fails mid-statement ("invalid memory alloc request size"),
+# aborting the caller's transaction. This limit keeps a margin below the size
+# found to fail, the batch wrapper included (docs/performance.md).
 MAX_PAYLOAD_BYTES_LIMIT = 16 * 1024 * 1024
 
 # Quoted everywhere, but still restricted: the schema name also forms NOTIFY

@@ -122,9 +122,10 @@ async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,
 
 # psycopg keeps a cursor's adapters (its parameters' dumpers, its columns'
 # loaders) for as long as the same statement text runs on it again; a new
-# cursor per statement looked them all up every time, about a tenth of a
-# single add's client time. So portqueue's own connections keep one cursor per
-# statement for the statements below: run at high rates, with small results
+# cursor per statement looked them all up every time, a measurable part of a
+# single add's client time (docs/performance.md). So portqueue's own
+# connections keep one cursor per statement for the statements below: run at
+# high rates, with small results
 # (a kept cursor holds its last result until its statement runs again, so a
 # read's page of payloads is never kept).
 KEPT_CURSOR_STATEMENTS = frozenset({

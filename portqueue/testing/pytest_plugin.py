@@ -126,8 +126,9 @@ def _portqueue_cleanup(portqueue_dsn: str,
     with psycopg.connect(portqueue_dsn, autocommit=True) as conn:
         order = _delete_order(conn, portqueue_schema)
         if order:
-            # DELETE, not TRUNCATE: on tables of a few rows it is several times
-            # faster (TRUNCATE makes new files for each table and index).
+            # DELETE, not TRUNCATE: on tables of a few rows it is faster
+            # (TRUNCATE makes new files for each table and index;
+            # docs/performance.md, "Testing your code: the plugin's cost").
             statement = sql.SQL("; ").join(
                 sql.SQL("DELETE FROM {}").format(sql.Identifier(portqueue_schema, table))
                 for table in order)

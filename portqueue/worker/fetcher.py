@@ -59,7 +59,7 @@ class Fetcher:
     async def connect(self) -> psycopg.AsyncConnection[Any]:
         # Claims run on a connection of their own, not one from the pool: no
         # checkout per claim, and always the same warm backend (the pool hands
-        # its idle connections out in turn). About a tenth of an idle worker's
+        # its idle connections out in turn), which shortens an idle worker's
         # commit-to-start latency (docs/performance.md). The heartbeat shares
         # it (connections.Session), between claims.
         return await self._connections.claims.connect()

@@ -13,11 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.dashboard.accounts import PASSWORD, USER
-from tests.support.ports import free_port
+from tests.support.ports import free_port, http_status
 from tests.support.waiting import wait_until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -28,13 +27,6 @@ SCREENSHOTS = Path(__file__).resolve().parents[2] / "build" / "screenshots"
 
 needs_chromium = pytest.mark.skipif(
     not Path(CHROMIUM).exists(), reason=f"no Chromium at {CHROMIUM}: install Debian's chromium")
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 401
-    except httpx.TransportError:
-        return False
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +46,7 @@ def dashboard_url(
         server = subprocess.Popen([sys.executable, "-c", code], stdout=output, stderr=output)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: server.poll() is not None or _answers(url), timeout=20,
+        wait_until(lambda: server.poll() is not None or http_status(url) == 401, timeout=20,
                    what="the dashboard to answer")
         assert server.poll() is None, log.read_text()
         yield url

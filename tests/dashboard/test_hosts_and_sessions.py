@@ -11,7 +11,6 @@ send.
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from portqueue.dashboard.sessions import new_session, session_key
 from tests.dashboard.conftest import TOKEN, csrf_token, http_client
 from tests.migrations.conftest import cli_command, cli_env
 from tests.support.cli import Cli
+from tests.support.ports import free_port, http_status
 from tests.support.waiting import wait_until, wait_until_async
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -49,19 +49,6 @@ class Server:
         return self.log.read_text()
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code > 0
-    except httpx.TransportError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def start_dashboard(
     pg_dsn: str, migrated_schema: str, tmp_path_factory: pytest.TempPathFactory,
@@ -71,7 +58,7 @@ def start_dashboard(
     started: list[Server] = []
 
     def start(*args: str, **env: str) -> Server:
-        port = _free_port()
+        port = free_port()
         log = tmp_path_factory.mktemp("dashboard") / "server.log"
         # PYTHONPATH: this checkout's code, not whichever portqueue is installed.
         environment = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=migrated_schema,
@@ -82,8 +69,8 @@ def start_dashboard(
                 stdout=output, stderr=subprocess.STDOUT, text=True)
         server = Server(process, port, log)
         started.append(server)
-        wait_until(lambda: process.poll() is not None or _answers(server.url), timeout=30,
-                   what="the dashboard to listen")
+        wait_until(lambda: process.poll() is not None or http_status(server.url) is not None,
+                   timeout=30, what="the dashboard to listen")
         assert process.poll() is None, server.output()
         return server
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import zoneinfo
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -22,18 +22,11 @@ from django.test import override_settings
 from django.utils import timezone
 
 from portqueue import PortQueue
-from tests.support.rows import fetch_one
+from tests.support.rows import db_now, fetch_one
 from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 Tasks = Any
-
-
-def db_now(db: Db) -> datetime:
-    row = db.execute("SELECT now()").fetchone()
-    assert row is not None
-    moment: datetime = row[0]
-    return moment
 
 
 def test_outside_atomic_enqueued_at_is_the_rows_created_at(

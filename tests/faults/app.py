@@ -31,27 +31,14 @@ import time
 from typing import Any
 
 import psycopg
-from psycopg_pool import ConnectionPool
 
-from portqueue import PortQueue
 from portqueue.worker.job import Job
+from tests.support.fault_apps import fault_client, ledger_pool, record
 
 QUEUE = "faults"
 
-# Small pools: a CI run has several of these processes per test, two tests at
-# a time, on one server with max_connections = 100.
-pq = PortQueue(
-    os.environ["PORTQUEUE_DSN"],
-    schema=os.environ.get("PORTQUEUE_SCHEMA", "portqueue"),
-    pool_min_size=0,
-    pool_max_size=int(os.environ.get("FAULT_POOL_MAX_SIZE", "4")),
-)
-
-# The ledger's own connections, never the job's: autocommit, so a row is
-# durable the moment the handler has written it.
-_ledger = ConnectionPool(
-    os.environ["PORTQUEUE_DSN"], min_size=0, max_size=2, open=True, name="faults:ledger",
-    kwargs={"autocommit": True, "application_name": "faults:ledger"})
+pq = fault_client()
+_ledger = ledger_pool()
 
 
 def _execute(query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
@@ -61,8 +48,7 @@ def _execute(query: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
 
 
 def _record(job: Job, event: str) -> None:
-    _execute("INSERT INTO faults.ledger (job_id, attempt, pid, event) VALUES (%s, %s, %s, %s)",
-             (job.id, job.attempt, os.getpid(), event))
+    record(_ledger, job, event)
 
 
 def _run_number(job: Job) -> int:

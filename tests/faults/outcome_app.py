@@ -13,31 +13,19 @@ import os
 import time
 from typing import Any
 
-from psycopg_pool import ConnectionPool
-
-from portqueue import PortQueue
 from portqueue.worker.job import Job
+from tests.support.fault_apps import fault_client, ledger_pool, record
 
 QUEUE = "faults"
 
-pq = PortQueue(
-    os.environ["PORTQUEUE_DSN"],
-    schema=os.environ.get("PORTQUEUE_SCHEMA", "portqueue"),
-    pool_min_size=0,
-    pool_max_size=int(os.environ.get("FAULT_POOL_MAX_SIZE", "4")),
-)
-
-_ledger = ConnectionPool(
-    os.environ["PORTQUEUE_DSN"], min_size=0, max_size=2, open=True, name="faults:ledger",
-    kwargs={"autocommit": True, "application_name": "faults:ledger"})
+pq = fault_client()
+_ledger = ledger_pool()
 
 
 @pq.handler(QUEUE, concurrency=int(os.environ.get("FAULT_CONCURRENCY", "4")),
             lease_seconds=int(os.environ.get("FAULT_LEASE_SECONDS", "2")))
 def handle(job: Job) -> dict[str, Any]:
-    with _ledger.connection() as conn:
-        conn.execute("INSERT INTO faults.ledger (job_id, attempt, pid, event) "
-                     "VALUES (%s, %s, %s, 'claimed')", (job.id, job.attempt, os.getpid()))
+    record(_ledger, job, "claimed")
     data = job.data if isinstance(job.data, dict) else {}
     if data.get("sleep"):
         time.sleep(float(data["sleep"]))

@@ -22,41 +22,16 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.queries import Query, queries_for
-from tests.support.plans import plan_nodes
+from tests.support.plans import explain, load_history, plan_nodes
 
 Db = psycopg.Connection[Any]
 
-FINISHED = 100_000
-DELAYED = 20_000
 READY = 50
 CLAIMED = 10
 # A claim of 10 jobs reads the index pages leading to them, the heap pages
-# holding them and the queue row: tens of buffers. A scan of the table above
-# would read thousands.
+# holding them and the queue row: tens of buffers. A scan of the table
+# load_history fills would read thousands.
 MAX_BUFFERS = 300
-
-LOAD = """
-INSERT INTO {job} (id, queue, status, data, attempt, max_attempts,
-                   created_at, start_after, started_at, finished_at)
-SELECT gen_random_uuid(), 'plan', 'completed', '{{}}'::jsonb, 1, 1,
-       now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
-       now() - interval '1 day'
-FROM generate_series(1, %(finished)s);
-INSERT INTO {job} (id, queue, data, start_after)
-SELECT gen_random_uuid(), 'plan', '{{}}'::jsonb, now() + interval '1 day'
-FROM generate_series(1, %(delayed)s);
-"""
-
-
-def load_history(db: Db, schema: str) -> None:
-    with db.transaction():
-        # Loaded, not added: no NOTIFY per statement for rows nobody waits on.
-        db.execute("SET LOCAL session_replication_role = replica")
-        for statement in LOAD.split(";"):
-            if statement.strip():
-                db.execute(sql.SQL(statement).format(job=sql.Identifier(schema, "job")),
-                           {"finished": FINISHED, "delayed": DELAYED})
-    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
 
 
 def claim_query(schema: str) -> Query:
@@ -64,14 +39,6 @@ def claim_query(schema: str) -> Query:
     return queries_for(schema)(
         "claim", queues=["plan"], slots=[CLAIMED], lease_seconds=[60],
         worker_id=str(uuid.uuid4()), matching_patterns=[], refused_patterns=[])
-
-
-def explain(db: Db, query: Query, *, fmt: str) -> Any:
-    """EXPLAIN ANALYZE the claim in a transaction that is rolled back."""
-    statement = f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT {fmt}) {query.sql}"
-    with db.transaction(force_rollback=True):
-        rows = db.execute(statement, dict(query.params)).fetchall()
-    return rows[0][0] if fmt == "JSON" else "\n".join(row[0] for row in rows)
 
 
 def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,

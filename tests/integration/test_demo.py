@@ -23,7 +23,8 @@ pytestmark = pytest.mark.slow
 
 JOBS = 60
 PLAN = Plan.for_jobs(JOBS)
-# A fresh data directory, initdb included, then the demo itself: about 5 s here.
+# A fresh data directory, initdb included, then the demo itself, with room for
+# a busy host (docs/performance.md).
 EMBEDDED_BUDGET_SECONDS = 15
 
 

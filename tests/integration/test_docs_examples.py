@@ -23,7 +23,6 @@ import os
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.migrate import migrate
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -232,12 +232,6 @@ def seeded(docs_dsn: str) -> Seeded:
     return Seeded(failed_job_id=failed[0].job_id)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _environment(dsn: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("PORTQUEUE_", "DJANGO_"))}
@@ -257,14 +251,14 @@ def _arguments(command: Command, dsn: str, seeded: Seeded) -> list[str]:
         elif before == "--dsn":
             word = dsn
         elif before in ("--port", "--metrics-port"):
-            word = str(_free_port())
+            word = str(free_port())
         elif before == "--jobs":
             word = DEMO_JOBS
         elif word == "JOB_ID" or UUID.match(word):
             word = seeded.failed_job_id
         out.append(word)
     if out[:1] == ["dashboard"] and "--port" not in out:
-        out += ["--port", str(_free_port())]
+        out += ["--port", str(free_port())]
     if out[:1] == ["demo"] and "--jobs" not in out:
         out += ["--jobs", DEMO_JOBS]
     return out

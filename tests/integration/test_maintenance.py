@@ -22,7 +22,7 @@ from portqueue.maintenance.expirer import Expirer
 from portqueue.maintenance.pruner import Pruner
 from portqueue.maintenance.reaper import Reaper
 from portqueue.maintenance.rescuer import lock_key
-from tests.support.rows import count_rows, finish, job_row, update_job
+from tests.support.rows import count_rows, finish, job_row, set_queue, update_job
 from tests.support.services import run_once, service_pool, settings_for
 
 Db = psycopg.Connection[Any]
@@ -54,13 +54,6 @@ def insert_jobs(
                               "active": status == "active",
                               "count": count}).fetchall()
     return [str(row[0]) for row in rows]
-
-
-def set_queue(db: Db, schema: str, queue: str, assignments: str) -> None:
-    db.execute(sql.SQL("INSERT INTO {} (name) VALUES (%s) ON CONFLICT DO NOTHING").format(
-        sql.Identifier(schema, "queue")), [queue])
-    db.execute(sql.SQL("UPDATE {} SET ").format(sql.Identifier(schema, "queue"))
-               + sql.SQL(assignments) + sql.SQL(" WHERE name = %s"), [queue])
 
 
 def remaining(db: Db, schema: str, ids: list[str]) -> set[str]:

@@ -28,8 +28,8 @@ from tests.support.tx_adapters import CallerTransaction, count_orders
 
 Db = psycopg.Connection[Any]
 
-TOO_COMPLEX = "((a{0,20}){0,20}){0,20}b"  # refused by PostgreSQL after ~3 s of CPU
-SLOW = "(a{0,255}){39}b"  # compiled, in 0.2-0.3 s: over the deadline
+TOO_COMPLEX = "((a{0,20}){0,20}){0,20}b"  # refused by PostgreSQL, after seconds of CPU
+SLOW = "(a{0,255}){39}b"  # compiled, but slower than the deadline (docs/performance.md)
 HOSTILE = [TOO_COMPLEX, SLOW]
 QUEUE = "fulfillment"
 

@@ -31,7 +31,8 @@ Db = psycopg.Connection[Any]
 
 TOO_COMPLEX = "((a{0,20}){0,20}){0,20}b"  # PostgreSQL refuses it, after seconds of CPU
 INVALID = "(a"  # PostgreSQL refuses it at once
-# 0.2-0.3 s each to compile; PostgreSQL caches 32 compiled patterns per session.
+# Each slow to compile (docs/performance.md); PostgreSQL caches 32 compiled
+# patterns per session, and these are more.
 SLOW = [f"(a{{0,255}}){{39}}b{n}" for n in range(40)]
 
 
@@ -88,7 +89,7 @@ def test_slow_patterns_at_a_higher_priority_do_not_slow_every_claim(
     harness: SyncHarness, db: Db, schema: str
 ) -> None:
     # Before: each claim compiled the forty again (the session's cache holds
-    # 32), about 6 s a claim; 16 of 100 plain jobs ran in 60 s. Now each is
+    # 32), so few plain jobs ran at all (docs/performance.md). Now each is
     # judged once, within patterns.JUDGE_DEADLINE_MS.
     pq = harness.pq
     handler, ran = counting_handler()

@@ -17,8 +17,7 @@ from psycopg import sql
 from portqueue import PortQueue
 from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
-from tests.integration.test_claim_plan import explain, load_history
-from tests.support.plans import plan_nodes
+from tests.support.plans import explain, load_history, plan_nodes
 from tests.support.rows import set_dead_letter_queue
 
 Db = psycopg.Connection[Any]

@@ -11,16 +11,10 @@ import psycopg
 import pytest
 
 from portqueue import DeduplicationReason, PauseMode, QueuePausedError
-from tests.support.rows import count_rows, fetch_one
+from tests.support.rows import count_rows, fetch_one, schedule_row
 
 Db = psycopg.Connection[Any]
 CRON = {"pattern": "0 8 * * 1-5", "tz": "Europe/Paris"}
-
-
-def schedule_row(db: Db, schema: str, schedule_id: str | None) -> dict[str, Any]:
-    row = fetch_one(db, schema, "schedule", "id = %s", [schedule_id])
-    assert row is not None
-    return row
 
 
 def test_declaring_a_schedule_twice_keeps_one(client: Any, db: Db, schema: str) -> None:

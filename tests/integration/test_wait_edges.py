@@ -16,7 +16,6 @@ transaction, deletes or re-arms it."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -28,7 +27,7 @@ from portqueue import AsyncPortQueue, JobDeletedError, JobStatus, PortQueue
 from portqueue.maintenance.pruner import Pruner
 from tests.support.rows import update_job
 from tests.support.services import run_once
-from tests.support.waiting import wait_until
+from tests.support.waiting import in_background, wait_until
 from tests.support.workers import SyncHarness, row_where
 
 Db = psycopg.Connection[Any]
@@ -43,12 +42,6 @@ def other_db(db: Db) -> Iterator[Db]:
     """A connection for the background thread that moves the job on."""
     with psycopg.connect(db.info.dsn, autocommit=True) as conn:
         yield conn
-
-
-def in_background(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
 
 
 def watched(db: Db, schema: str, job_id: str) -> None:

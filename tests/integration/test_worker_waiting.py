@@ -8,9 +8,7 @@ finish returns within moments of it, with no poll interval involved."""
 
 from __future__ import annotations
 
-import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -23,7 +21,7 @@ from portqueue import (
     PortQueue,
 )
 from tests.support.rows import db_now, fetch_one, update_job
-from tests.support.waiting import wait_until
+from tests.support.waiting import in_background, wait_until
 from tests.support.workers import AsyncHarness, SyncHarness, row_where, wait_gate
 
 Db = psycopg.Connection[Any]
@@ -32,12 +30,6 @@ UNKNOWN_ID = "01900000-0000-7000-8000-000000000000"
 
 class Boom(Exception):
     pass
-
-
-def in_background(target: Callable[[], None]) -> threading.Thread:
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    return thread
 
 
 def test_wait_for_job_returns_the_snapshot_whatever_the_final_status(

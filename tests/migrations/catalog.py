@@ -100,3 +100,17 @@ EXPECTED_TABLES = {
 
 def tables(catalog: dict[str, list[tuple[Any, ...]]]) -> set[str]:
     return {name for name, kind in catalog["relations"] if kind == "r"}
+
+
+def column_names(conn: psycopg.Connection[Any], table: str = "job") -> set[str]:
+    """The columns of ``portqueue.<table>`` now, dropped ones left out."""
+    rows = conn.execute("SELECT attname FROM pg_attribute WHERE attnum > 0 "
+                        "AND NOT attisdropped AND attrelid = %s::regclass", [f"portqueue.{table}"])
+    return {name for (name,) in rows.fetchall()}
+
+
+def job_indexes(conn: psycopg.Connection[Any]) -> set[str]:
+    """The names of the indexes on ``portqueue.job`` now."""
+    rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'portqueue' "
+                        "AND tablename = 'job'")
+    return {name for (name,) in rows.fetchall()}

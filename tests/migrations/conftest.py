@@ -49,6 +49,9 @@ def new_database(pg_server_dsn: str) -> Iterator[Callable[[str], str]]:
         _drop(pg_server_dsn, database)
 
 
+CHECKOUT = Path(__file__).resolve().parents[2]
+
+
 def cli_command() -> list[str]:
     """The ``portqueue`` console script of the running environment."""
     script = Path(sys.executable).parent / "portqueue"
@@ -56,11 +59,16 @@ def cli_command() -> list[str]:
 
 
 def cli_env(**overrides: str) -> dict[str, str]:
-    """The environment minus every portqueue setting, plus ``overrides``."""
+    """The environment minus every portqueue setting, plus ``overrides``.
+
+    ``PYTHONPATH`` is this checkout alone: the script then runs the code under
+    test even where the installed (editable) package points at another
+    checkout, as in a git worktree, and nothing else the caller had on it."""
     env = {
         key: value for key, value in os.environ.items()
         if not key.startswith("PORTQUEUE_") and key != "PYTHONPATH"
     }
+    env["PYTHONPATH"] = str(CHECKOUT)
     env.update(overrides)
     return env
 

@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from portqueue.migrate import head_revision
+from portqueue.migrate import head_revision, migration_sql
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
-from tests.migrations.conftest import CLOSED_PORT_DSN, ROOT, cli_env, run_cli
+from tests.migrations.conftest import CLOSED_PORT_DSN, cli_env, run_cli
 
 HEAD = head_revision()
 
@@ -23,7 +23,7 @@ def test_sql_prints_the_snapshot_without_a_database(tmp_path: Path) -> None:
     result = run_cli("migrate", "--sql", env=cli_env(PORTQUEUE_DSN=CLOSED_PORT_DSN), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "CREATE TABLE" in result.stdout
-    assert result.stdout == (ROOT / "sql" / "schema.sql").read_text(encoding="utf-8")
+    assert result.stdout == migration_sql()
     assert result.stderr == ""
 
 

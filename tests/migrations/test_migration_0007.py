@@ -4,12 +4,12 @@ have errors, and the index of dead-letter sources; its downgrade removes both.""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 from alembic import command
 
 from portqueue.migrate import migrate, run_on_database
+from tests.migrations.catalog import column_names, job_indexes
 
 JOBS = """
 INSERT INTO portqueue.job (id, queue, data, status, finished_at, errors) VALUES
@@ -21,18 +21,6 @@ INSERT INTO portqueue.job (id, queue, data, status, finished_at, errors) VALUES
     ('01900000-0000-7000-8000-000000000004', 'q', '{}', 'failed', now(), '["text"]'),
     ('01900000-0000-7000-8000-000000000005', 'q', '{}', 'failed', now(), '{"message": "x"}')
 """
-
-
-def columns(conn: psycopg.Connection[Any]) -> set[str]:
-    rows = conn.execute("SELECT attname FROM pg_attribute WHERE attnum > 0 "
-                        "AND NOT attisdropped AND attrelid = 'portqueue.job'::regclass")
-    return {name for (name,) in rows.fetchall()}
-
-
-def indexes(conn: psycopg.Connection[Any]) -> set[str]:
-    rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'portqueue' "
-                        "AND tablename = 'job'")
-    return {name for (name,) in rows.fetchall()}
 
 
 def test_upgrade_fills_error_for_existing_jobs_and_downgrade_removes_it(
@@ -48,9 +36,9 @@ def test_upgrade_fills_error_for_existing_jobs_and_downgrade_removes_it(
         failed = conn.execute(
             "SELECT id, error FROM portqueue.job WHERE status = 'failed'").fetchall()
         assert len(failed) == 4
-        assert "job_source_job_idx" in indexes(conn)
+        assert "job_source_job_idx" in job_indexes(conn)
 
         run_on_database(dsn, "portqueue", lambda config: command.downgrade(config, "0006"))
-        assert "error" not in columns(conn)
-        assert "job_source_job_idx" not in indexes(conn)
+        assert "error" not in column_names(conn)
+        assert "job_source_job_idx" not in job_indexes(conn)
         assert conn.execute("SELECT count(*) FROM portqueue.job").fetchone() == (5,)

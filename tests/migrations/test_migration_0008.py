@@ -7,13 +7,13 @@ keeps every row."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import psycopg
 import pytest
 from alembic import command
 
 from portqueue.migrate import migrate, run_on_database
+from tests.migrations.catalog import column_names, job_indexes
 
 ROWS = """
 INSERT INTO portqueue.queue (name, retention_ttl_seconds, retention_keep_failed)
@@ -27,18 +27,6 @@ NEW_COLUMNS = {"retention_completed_ttl_seconds", "retention_failed_ttl_seconds"
 NEW_INDEXES = {"job_retention_completed_ttl_idx", "job_retention_failed_ttl_idx"}
 
 
-def columns(conn: psycopg.Connection[Any], table: str) -> set[str]:
-    rows = conn.execute("SELECT attname FROM pg_attribute WHERE attnum > 0 "
-                        "AND NOT attisdropped AND attrelid = %s::regclass", [f"portqueue.{table}"])
-    return {name for (name,) in rows.fetchall()}
-
-
-def indexes(conn: psycopg.Connection[Any]) -> set[str]:
-    rows = conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'portqueue' "
-                        "AND tablename = 'job'")
-    return {name for (name,) in rows.fetchall()}
-
-
 def test_upgrade_adds_the_outcome_ttls_and_downgrade_removes_them(
     new_database: Callable[[str], str],
 ) -> None:
@@ -47,8 +35,9 @@ def test_upgrade_adds_the_outcome_ttls_and_downgrade_removes_them(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(ROWS)
         migrate(dsn, revision="0008")
-        assert columns(conn, "job") >= NEW_COLUMNS and columns(conn, "queue") >= NEW_COLUMNS
-        assert indexes(conn) >= NEW_INDEXES
+        assert column_names(conn, "job") >= NEW_COLUMNS
+        assert column_names(conn, "queue") >= NEW_COLUMNS
+        assert job_indexes(conn) >= NEW_INDEXES
         jobs = conn.execute(
             "SELECT retention_ttl_seconds, retention_completed_ttl_seconds, "
             "retention_failed_ttl_seconds FROM portqueue.job ORDER BY id").fetchall()
@@ -63,8 +52,8 @@ def test_upgrade_adds_the_outcome_ttls_and_downgrade_removes_them(
             conn.execute("UPDATE portqueue.queue SET retention_failed_ttl_seconds = -1")
 
         run_on_database(dsn, "portqueue", lambda config: command.downgrade(config, "0007"))
-        assert not NEW_COLUMNS & (columns(conn, "job") | columns(conn, "queue"))
-        assert not NEW_INDEXES & indexes(conn)
+        assert not NEW_COLUMNS & (column_names(conn, "job") | column_names(conn, "queue"))
+        assert not NEW_INDEXES & job_indexes(conn)
         assert conn.execute("SELECT count(*) FROM portqueue.job").fetchone() == (3,)
         assert conn.execute(
             "SELECT retention_ttl_seconds FROM portqueue.queue").fetchone() == (3600,)

@@ -1,28 +1,44 @@
 """sql/schema.sql is the DDL snapshot: it equals "every migration applied" (STYLE 11).
 
-Two ways it can go stale, one test each: the text differs from what the
-migrations print today, or the text, run by hand the way a DBA would, builds a
-different database than ``migrate()`` does.
+Two ways it can go stale, one test each: the schema the migrations build today
+reads back as different DDL, or the file, run by hand the way a DBA would,
+builds a different database than ``migrate()`` does.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
 
-from portqueue.migrate import head_revision, migrate, migration_sql
+from portqueue.migrate import head_revision, migrate
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
+from tools.dump_schema import schema_ddl
 
 HEAD = head_revision()
 
 SCHEMA_SQL = Path(__file__).resolve().parents[2] / "sql" / "schema.sql"
+REGENERATE = "run `python tools/dump_schema.py` and commit sql/schema.sql"
 
 
-def test_schema_sql_is_the_migrations_output() -> None:
-    assert SCHEMA_SQL.read_text(encoding="utf-8") == migration_sql(), (
-        "sql/schema.sql is stale: run `python tools/dump_schema.py` and commit the result")
+def _diff(expected: str, actual: str) -> str:
+    return "".join(difflib.unified_diff(
+        expected.splitlines(keepends=True), actual.splitlines(keepends=True),
+        fromfile="sql/schema.sql", tofile="all migrations applied"))
+
+
+def test_schema_sql_is_the_schema_every_migration_builds(
+    new_database: Callable[[str], str],
+) -> None:
+    dsn = new_database("snapshot_ddl")
+    migrate(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrated = schema_ddl(conn)
+    snapshot = SCHEMA_SQL.read_text(encoding="utf-8")
+    assert snapshot == migrated, (
+        f"sql/schema.sql is stale: {REGENERATE}\n{_diff(snapshot, migrated)}")
 
 
 def test_schema_sql_builds_the_same_database_as_migrate(
@@ -48,5 +64,16 @@ def test_schema_sql_builds_the_same_database_as_migrate(
 
     for kind in migrated:
         assert from_file[kind] == migrated[kind], (
-            f"{kind} differ between sql/schema.sql and migrate(); "
-            "run `python tools/dump_schema.py`")
+            f"{kind} differ between sql/schema.sql and migrate(); {REGENERATE}")
+
+
+def test_a_database_built_from_schema_sql_is_current_for_migrate(
+    new_database: Callable[[str], str],
+) -> None:
+    # A DBA who installs from the file can still upgrade with migrate().
+    dsn = new_database("snapshot_upgrade")
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(SCHEMA_SQL.read_text(encoding="utf-8"))
+    migrate(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        assert schema_catalog(conn, "portqueue")["alembic_version"] == [(HEAD,)]

@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from portqueue.migrate import head_revision
+from portqueue.migrate import head_revision, migration_sql
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
 from tests.migrations.conftest import ROOT, cli_env
 
@@ -38,8 +38,10 @@ class InstalledWheel:
     workdir: Path  # outside the repository: nothing can be found through the cwd
 
     def run(self, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+        environment = cli_env(**env)
+        del environment["PYTHONPATH"]  # the wheel's own files, not this checkout's
         return subprocess.run(
-            args, cwd=self.workdir, env=cli_env(**env), capture_output=True, text=True,
+            args, cwd=self.workdir, env=environment, capture_output=True, text=True,
             timeout=300, check=False)
 
 
@@ -115,7 +117,7 @@ def test_installed_cli_migrates_a_fresh_database(
 
     printed = installed.run(portqueue, "migrate", "--sql")
     assert printed.returncode == 0, printed.stderr
-    assert printed.stdout == (ROOT / "sql" / "schema.sql").read_text(encoding="utf-8")
+    assert printed.stdout == migration_sql()
 
     result = installed.run(portqueue, "migrate", "--dsn", dsn)
     assert result.returncode == 0, result.stderr

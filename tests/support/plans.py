@@ -1,9 +1,52 @@
-"""Reading an EXPLAIN (FORMAT JSON) plan."""
+"""Plans of the library's own statements: a large history to run them against,
+EXPLAIN ANALYZE of one (rolled back), and reading an EXPLAIN (FORMAT JSON) plan."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from portqueue.queries import Query
+
+Db = psycopg.Connection[Any]
+
+FINISHED = 100_000
+DELAYED = 20_000
+
+LOAD = """
+INSERT INTO {job} (id, queue, status, data, attempt, max_attempts,
+                   created_at, start_after, started_at, finished_at)
+SELECT gen_random_uuid(), 'plan', 'completed', '{{}}'::jsonb, 1, 1,
+       now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
+       now() - interval '1 day'
+FROM generate_series(1, %(finished)s);
+INSERT INTO {job} (id, queue, data, start_after)
+SELECT gen_random_uuid(), 'plan', '{{}}'::jsonb, now() + interval '1 day'
+FROM generate_series(1, %(delayed)s);
+"""
+
+
+def load_history(db: Db, schema: str) -> None:
+    """FINISHED completed and DELAYED future jobs on queue ``plan``, then ANALYZE."""
+    with db.transaction():
+        # Loaded, not added: no NOTIFY per statement for rows nobody waits on.
+        db.execute("SET LOCAL session_replication_role = replica")
+        for statement in LOAD.split(";"):
+            if statement.strip():
+                db.execute(sql.SQL(statement).format(job=sql.Identifier(schema, "job")),
+                           {"finished": FINISHED, "delayed": DELAYED})
+    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
+
+
+def explain(db: Db, query: Query, *, fmt: str) -> Any:
+    """EXPLAIN ANALYZE ``query`` in a transaction that is rolled back."""
+    statement = f"EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT {fmt}) {query.sql}"
+    with db.transaction(force_rollback=True):
+        rows = db.execute(statement, dict(query.params)).fetchall()
+    return rows[0][0] if fmt == "JSON" else "\n".join(row[0] for row in rows)
 
 
 def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:

@@ -1,9 +1,12 @@
 """A local TCP port for a server a test starts (a PgBouncer, a dashboard, a
-metrics endpoint, a PostgreSQL of its own), or one nothing listens on."""
+metrics endpoint, a PostgreSQL of its own), or one nothing listens on, and
+whether an HTTP server there answers yet."""
 
 from __future__ import annotations
 
 import socket
+
+import httpx
 
 
 def free_port() -> int:
@@ -11,3 +14,11 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def http_status(url: str) -> int | None:
+    """The status of a GET of ``url``, or None while nothing answers there."""
+    try:
+        return httpx.get(url, timeout=1).status_code
+    except httpx.TransportError:
+        return None

@@ -41,7 +41,10 @@ def job_row(db: psycopg.Connection[Any], schema: str, job_id: str) -> dict[str, 
     return row
 
 
-def schedule_row(db: psycopg.Connection[Any], schema: str, schedule_id: str) -> dict[str, Any]:
+def schedule_row(
+    db: psycopg.Connection[Any], schema: str, schedule_id: str | None
+) -> dict[str, Any]:
+    # None is accepted (a result's optional id) and fails as a missing row.
     row = fetch_one(db, schema, "schedule", "id = %s", [schedule_id])
     assert row is not None, f"schedule {schedule_id} is not in the table"
     return row
@@ -90,6 +93,14 @@ def make_active(db: psycopg.Connection[Any], schema: str, job_id: str) -> None:
 def finish(db: psycopg.Connection[Any], schema: str, job_id: str, status: str) -> None:
     assert status in ("completed", "failed", "cancelled", "expired")
     update_job(db, schema, job_id, f"status = '{status}', finished_at = now()")
+
+
+def set_queue(db: psycopg.Connection[Any], schema: str, queue: str, assignments: str) -> None:
+    """``UPDATE queue SET <assignments>`` (constant SQL) on ``queue``'s row, made if missing."""
+    db.execute(sql.SQL("INSERT INTO {} (name) VALUES (%s) ON CONFLICT DO NOTHING").format(
+        sql.Identifier(schema, "queue")), [queue])
+    db.execute(sql.SQL("UPDATE {} SET ").format(sql.Identifier(schema, "queue"))
+               + sql.SQL(assignments) + sql.SQL(" WHERE name = %s"), [queue])
 
 
 def set_dead_letter_queue(

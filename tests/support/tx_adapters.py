@@ -168,8 +168,27 @@ def _rows(cursor: Any) -> list[tuple[Any, ...]]:
 # --- psycopg 3 ---
 
 
-class PsycopgSync(CallerTransaction):
+class _PsycopgCaller(CallerTransaction):
+    """What the sync and async psycopg callers share: the connection's own
+    transaction status says whether a transaction is open."""
+
+    conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]
+    _tx: SyncTx | AsyncTx
+
+    @property
+    def tx(self) -> SyncTx | AsyncTx:
+        return self._tx
+
+    def begin(self) -> None:
+        assert self.conn.info.transaction_status == pq.TransactionStatus.IDLE
+
+    def in_transaction(self) -> bool:
+        return self.conn.info.transaction_status == pq.TransactionStatus.INTRANS
+
+
+class PsycopgSync(_PsycopgCaller):
     name = "psycopg-sync"
+    conn: psycopg.Connection[Any]
     is_async = False
 
     def __init__(self, pg_dsn: str, schema: str) -> None:
@@ -179,20 +198,10 @@ class PsycopgSync(CallerTransaction):
         self.conn = psycopg.connect(pg_dsn)
         self._tx = from_psycopg(self.conn)
 
-    @property
-    def tx(self) -> SyncTx | AsyncTx:
-        return self._tx
-
-    def begin(self) -> None:
-        assert self.conn.info.transaction_status == pq.TransactionStatus.IDLE
-
     def execute(
         self, statement: str, params: Mapping[str, Any] | None = None
     ) -> list[tuple[Any, ...]]:
         return _rows(self.conn.execute(statement, params))  # type: ignore[arg-type]
-
-    def in_transaction(self) -> bool:
-        return self.conn.info.transaction_status == pq.TransactionStatus.INTRANS
 
     def commit(self) -> None:
         self.conn.commit()
@@ -204,8 +213,9 @@ class PsycopgSync(CallerTransaction):
         self.conn.close()
 
 
-class PsycopgAsync(CallerTransaction):
+class PsycopgAsync(_PsycopgCaller):
     name = "psycopg-async"
+    conn: psycopg.AsyncConnection[Any]
     is_async = True
 
     def __init__(self, pg_dsn: str, schema: str) -> None:
@@ -213,13 +223,6 @@ class PsycopgAsync(CallerTransaction):
         self.run = self.client.run
         self.conn = self.run(psycopg.AsyncConnection.connect(pg_dsn))
         self._tx = from_psycopg(self.conn)
-
-    @property
-    def tx(self) -> SyncTx | AsyncTx:
-        return self._tx
-
-    def begin(self) -> None:
-        assert self.conn.info.transaction_status == pq.TransactionStatus.IDLE
 
     def execute(
         self, statement: str, params: Mapping[str, Any] | None = None
@@ -229,9 +232,6 @@ class PsycopgAsync(CallerTransaction):
             return [tuple(row) for row in await cursor.fetchall()] if cursor.description else []
 
         return self.run(run())  # type: ignore[no-any-return]
-
-    def in_transaction(self) -> bool:
-        return self.conn.info.transaction_status == pq.TransactionStatus.INTRANS
 
     def commit(self) -> None:
         self.run(self.conn.commit())

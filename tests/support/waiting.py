@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, overload
@@ -63,3 +64,10 @@ async def wait_until_async(
             raise AssertionError(f"timed out after {timeout}s waiting for {what} "
                                  f"(last value: {value!r})")
         await asyncio.sleep(interval)
+
+
+def in_background(target: Callable[[], None]) -> threading.Thread:
+    """``target`` started on a daemon thread (a test joins it with a timeout)."""
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    return thread
