@@ -774,6 +774,8 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]], chosen: list[str
             rows.append(row)
         out.append(table(["scenario / metric", *[f"pq / {o}" for o in others]], rows))
 
+    out += best_peer_table(results, all_systems)
+
     derived = []
     for system in all_systems:
         def median_rate(scenario: str, system: str = system) -> float | None:
@@ -790,6 +792,32 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]], chosen: list[str
                 "4-process drain / 1-process drain:", ""]
         out.append(table(["system", "big / empty", "4 procs / 1 proc"], derived))
     return "\n".join(out)
+
+
+def best_peer_table(results: dict[str, dict[str, list[dict[str, Any]]]],
+                    all_systems: list[str]) -> list[str]:
+    """portqueue against the best peer of each row (by median; raw SQL and the bare
+    NOTIFY are ceilings, not peers): the median of the per-run ratios, same convention
+    as the ratios table (rates > 1 and ms < 1 mean portqueue is ahead)."""
+    peers = [s for s in all_systems
+             if s not in ("portqueue", "rawsql", "listen_notify") and not systems.is_variant(s)]
+    rows = []
+    for scenario, metric, _unit, higher in METRICS:
+        mine = results.get(scenario, {}).get("portqueue", [])
+        medians = {p: statistics.median(r[metric] for r in runs)
+                   for p in peers if (runs := [r for r in results.get(scenario, {}).get(p, [])
+                                               if metric in r])}
+        if not mine or not medians or metric.startswith("ratio") or metric == "ratio":
+            continue
+        best = (max if higher else min)(medians, key=lambda p: medians[p])
+        theirs = results[scenario][best]
+        ratios = [a[metric] / b[metric] for a, b in zip(mine, theirs, strict=False)
+                  if metric in a and metric in b and b[metric]]
+        rows.append([f"{scenario} {metric}", best, fmt(medians[best]), spread(ratios)])
+    if not rows:
+        return []
+    return ["", "portqueue / the best peer of each row (per-run ratios, median (min-max)):", "",
+            table(["scenario / metric", "best peer", "its median", "pq / best"], rows)]
 
 
 def versions(dsn: str) -> dict[str, Any]:
