@@ -115,19 +115,13 @@ PAYLOAD_KB = [1, 10, 100]
 METRICS += [("drain_payload", "rate_tiny", "jobs/s", True)]
 METRICS += [("drain_payload", f"rate_{kb}kb", "jobs/s", True) for kb in PAYLOAD_KB]
 METRICS += [("drain_payload", f"ratio_{kb}kb", "x", True) for kb in PAYLOAD_KB]
-METRICS += [
-    ("delayed_priority", "rate", "jobs/s", True),
-    ("delayed_priority", "base_rate", "jobs/s", True),
-    ("delayed_priority", "ratio", "x", True),
-]
+METRICS += [("delayed_priority", metric, unit, True)
+            for metric, unit in (("rate", "jobs/s"), ("base_rate", "jobs/s"), ("ratio", "x"))]
 QUEUE_COUNTS = [1, 100, 1000]
 METRICS += [("many_queues", f"p50_ms_{k}q", "ms", False) for k in QUEUE_COUNTS]
 METRICS += [("many_queues", f"db_ms_per_s_{k}q", "ms/s", False) for k in QUEUE_COUNTS]
-METRICS += [
-    ("cached_plan", "fresh_ms", "ms", False),
-    ("cached_plan", "cached_ms", "ms", False),
-    ("cached_plan", "ratio", "x", False),
-]
+METRICS += [("cached_plan", metric, unit, False)
+            for metric, unit in (("fresh_ms", "ms"), ("cached_ms", "ms"), ("ratio", "x"))]
 
 DRAIN_TIMEOUT_SECONDS = 1800
 MULTI_QUEUE_CONCURRENCY = 20
