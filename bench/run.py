@@ -73,16 +73,24 @@ import systems  # noqa: E402
 CHILD = BENCH / "child.py"
 SCENARIOS = ["enqueue_single", "enqueue_bulk", "drain", "latency", "drain_big_table",
              "multi_process", "multi_queue", "soak"]
+# issue 23's scenarios (README: "Scenarios of issue 23"); sizes in FULL/QUICK and flags
+SCENARIOS += ["drain_payload", "delayed_priority", "many_queues", "cached_plan"]
 
 FULL = {
     "enqueue_single": 5_000, "enqueue_bulk": 50_000, "bulk_batch": 1_000, "drain": 20_000,
     "latency": 500, "latency_rate": 100.0, "big_finished": 1_000_000, "big_delayed": 100_000,
     "multi_processes": 4, "multi_queue": 1_000, "soak": 200_000,
+    "payload_jobs": 2_000, "delayed": 100_000, "delayed_drain": 5_000,
+    "many_queues_jobs": 300, "many_queues_rate": 20.0, "claim_rows": 10_000,
+    "claim_queues": 1_000,
 }
 QUICK = {
     "enqueue_single": 500, "enqueue_bulk": 5_000, "bulk_batch": 1_000, "drain": 2_000,
     "latency": 100, "latency_rate": 100.0, "big_finished": 50_000, "big_delayed": 5_000,
     "multi_processes": 4, "multi_queue": 200, "soak": 10_000,
+    "payload_jobs": 500, "delayed": 10_000, "delayed_drain": 1_000,
+    "many_queues_jobs": 100, "many_queues_rate": 20.0, "claim_rows": 10_000,
+    "claim_queues": 1_000,
 }
 
 # (scenario, metric, unit, higher_is_better)
@@ -103,6 +111,17 @@ METRICS = [
     ("soak", "rss_end_mb", "MB", False),
     ("soak", "rss_growth_pct", "%", False),
 ]
+PAYLOAD_KB = [1, 10, 100]
+METRICS += [("drain_payload", "rate_tiny", "jobs/s", True)]
+METRICS += [("drain_payload", f"rate_{kb}kb", "jobs/s", True) for kb in PAYLOAD_KB]
+METRICS += [("drain_payload", f"ratio_{kb}kb", "x", True) for kb in PAYLOAD_KB]
+METRICS += [("delayed_priority", metric, unit, True)
+            for metric, unit in (("rate", "jobs/s"), ("base_rate", "jobs/s"), ("ratio", "x"))]
+QUEUE_COUNTS = [1, 100, 1000]
+METRICS += [("many_queues", f"p50_ms_{k}q", "ms", False) for k in QUEUE_COUNTS]
+METRICS += [("many_queues", f"db_ms_per_s_{k}q", "ms/s", False) for k in QUEUE_COUNTS]
+METRICS += [("cached_plan", metric, unit, False)
+            for metric, unit in (("fresh_ms", "ms"), ("cached_ms", "ms"), ("ratio", "x"))]
 
 DRAIN_TIMEOUT_SECONDS = 1800
 MULTI_QUEUE_CONCURRENCY = 20
@@ -125,8 +144,8 @@ class Child:
         self.log = tempfile.NamedTemporaryFile(  # noqa: SIM115
             prefix=f"bench-{label}-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
-            [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=self.log,
-            text=True, cwd=str(BENCH))
+            [*systems.child_command(args[1], sys.executable, CHILD), *args],
+            stdout=subprocess.PIPE, stderr=self.log, text=True, cwd=str(BENCH))
         self.events = events
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -228,7 +247,7 @@ class Bench:
             try:
                 for start in range(0, n, 1000):
                     await producer.add_many(
-                        [{"seq": i} for i in range(start, min(start + 1000, n))])
+                        [self.payload(i) for i in range(start, min(start + 1000, n))])
             finally:
                 await producer.close()
 
@@ -251,13 +270,16 @@ class Bench:
         return time.perf_counter() - start
 
     def drain(self, system: str, n: int, processes: int = 1, big_table: bool = False,
-              soak: bool = False, settings: dict[str, Any] | None = None) -> dict[str, Any]:
+              soak: bool = False, settings: dict[str, Any] | None = None,
+              delayed: int = 0) -> dict[str, Any]:
         """Pre-add n jobs, start the workers, and time from the first handler call
         (any process) to the moment the database shows every job finished."""
         dsn = self.fresh_database(system)
         result: dict[str, Any] = {"n": n, "processes": processes}
         if big_table:
             result["load_s"] = round(self.load_background(system, dsn), 1)
+        if delayed:
+            result["load_s"] = round(self.load_delayed(system, dsn, delayed), 1)
         self.preadd(system, dsn, n)
         sys_obj = systems.get(system)
         with psycopg.connect(dsn, autocommit=True) as conn:
@@ -361,20 +383,28 @@ class Bench:
         return {"n": n, "seconds": round(event["seconds"], 3),
                 "rate": round(n / event["seconds"], 1)}
 
-    def latency(self, system: str) -> dict[str, Any]:
+    def latency(self, system: str, settings: dict[str, Any] | None = None,
+                n: int | None = None, rate: float | None = None,
+                backend_cpu: bool = False) -> dict[str, Any]:
         """An idle worker; jobs added at a steady rate by another process; the
-        delay from each add's commit (producer clock) to its handler's start."""
+        delay from each add's commit (producer clock) to its handler's start.
+        backend_cpu: also the worker's backends' CPU per second (many_queues)."""
         dsn = self.fresh_database(system)
-        n, rate = self.sizes["latency"], self.sizes["latency_rate"]
+        n = self.sizes["latency"] if n is None else n
+        rate = self.sizes["latency_rate"] if rate is None else rate
         events: queue.Queue[tuple[Child, dict[str, Any]]] = queue.Queue()
         worker = Child(self.child_args("worker", system, dsn, "--per-job",
-                                       "--report-every", str(10**9)),
+                                       "--report-every", str(10**9), settings=settings),
                        events, f"{system}-worker")
         producer: Child | None = None
         try:
             wait_event(events, "ready", [worker], 60)
             warm = asyncio.run(self._warm_up(system, dsn, events, worker))
-            producer = Child(self.child_args("produce", system, dsn, "--mode", "paced",
+            cpu_before = (time.monotonic(), backends_cpu_ns(self.base_dsn, dsn)) \
+                if backend_cpu else None
+            # backend_cpu: the producer's sessions are named, to leave them out
+            producer_dsn = dsn + "?application_name=bench-producer" if backend_cpu else dsn
+            producer = Child(self.child_args("produce", system, producer_dsn, "--mode", "paced",
                                              "--n", str(n), "--rate", str(rate)),
                              events, f"{system}-producer")
             started: dict[int, float] = {}
@@ -399,18 +429,23 @@ class Bench:
             if sent is None:
                 _, event = wait_event(events, "result", [producer], 60)
                 sent = event["sent"]
+            if cpu_before is not None:
+                cpu_after = (time.monotonic(), backends_cpu_ns(self.base_dsn, dsn))
         finally:
             if producer is not None:
                 producer.stop()
             worker.stop()
         from_commit = sorted(1000 * (started[i] - sent[i][1]) for i in started)
         from_payload = sorted(1000 * (started[i] - sent[i][0]) for i in started)
-        return {
+        result = {
             "n": n, "rate": rate, "missing": n - len(started), "warm_up_ms": warm,
             "p50_ms": pct(from_commit, 50), "p95_ms": pct(from_commit, 95),
             "p99_ms": pct(from_commit, 99), "max_ms": round(from_commit[-1], 2),
             "payload_p50_ms": pct(from_payload, 50), "payload_p99_ms": pct(from_payload, 99),
         }
+        if cpu_before is not None:
+            result["db_ms_per_s"] = cpu_per_second(cpu_before, cpu_after)
+        return result
 
     async def _warm_up(self, system: str, dsn: str,
                        events: queue.Queue[tuple[Child, dict[str, Any]]],
@@ -450,6 +485,111 @@ class Bench:
                 return float(event["ts"])
         return None
 
+    # --- issue 23's scenarios ---
+
+    def payload(self, seq: int) -> dict[str, Any]:
+        """A pre-added job's payload: {"seq": n}, padded to payload_bytes (drain_payload)."""
+        size = getattr(self, "payload_bytes", 0)
+        return {"seq": seq, "pad": "x" * size} if size else {"seq": seq}
+
+    def drain_payload(self, system: str) -> dict[str, Any]:
+        """The same drain with tiny payloads and with payloads of each --payload-kb size,
+        one after the other; ratio_<k>kb is rate_<k>kb / rate_tiny."""
+        n = self.sizes["payload_jobs"]
+        result: dict[str, Any] = {"n": n}
+        try:
+            for kb in [0, *self.payload_kb]:
+                self.payload_bytes = kb * 1024
+                rate = self.drain(system, n)["rate"]
+                result["rate_tiny" if kb == 0 else f"rate_{kb}kb"] = rate
+        finally:
+            self.payload_bytes = 0
+        for kb in self.payload_kb:
+            result[f"ratio_{kb}kb"] = round(result[f"rate_{kb}kb"] / result["rate_tiny"], 3)
+        return result
+
+    def load_delayed(self, system: str, dsn: str, n: int) -> float:
+        start = time.perf_counter()
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SET session_replication_role = replica")  # as load_background
+            with conn.transaction():
+                systems.DELAYED_LOADERS[system](conn, n)
+            conn.execute("RESET session_replication_role")
+            conn.execute("VACUUM (ANALYZE)")
+            conn.execute("CHECKPOINT")
+        return time.perf_counter() - start
+
+    def delayed_priority(self, system: str) -> dict[str, Any]:
+        """A drain of delayed_drain ready jobs with --delayed-jobs jobs due in a day at a
+        higher priority loaded first, and the same drain without them (the order
+        alternates between runs); ratio = with / without."""
+        n, delayed = self.sizes["delayed_drain"], self.sizes["delayed"]
+        self.delayed_runs = getattr(self, "delayed_runs", 0) + 1
+        order = [delayed, 0] if self.delayed_runs % 2 else [0, delayed]
+        rates = {count: self.drain(system, n, delayed=count)["rate"] for count in order}
+        return {"n": n, "delayed": delayed, "rate": rates[delayed], "base_rate": rates[0],
+                "ratio": round(rates[delayed] / rates[0], 3)}
+
+    def many_queues(self, system: str) -> dict[str, Any]:
+        """One worker of N queues (concurrency 1 each; all but one never get a job) under
+        a light steady load on the one: start latency p50 and the database CPU of the
+        worker's connections per second, for each of --queue-counts."""
+        result: dict[str, Any] = {"n": self.sizes["many_queues_jobs"],
+                                  "rate": self.sizes["many_queues_rate"]}
+        for count in self.queue_counts:
+            settings = {**self.settings[system], "concurrency": 1, "extra_queues": count - 1}
+            one = self.latency(system, settings=settings, n=self.sizes["many_queues_jobs"],
+                               rate=self.sizes["many_queues_rate"], backend_cpu=True)
+            result[f"p50_ms_{count}q"] = one["p50_ms"]
+            result[f"p99_ms_{count}q"] = one["p99_ms"]
+            result[f"missing_{count}q"] = one["missing"]
+            result[f"db_ms_per_s_{count}q"] = one["db_ms_per_s"]
+        return result
+
+    def cached_plan(self, system: str) -> dict[str, Any]:
+        """portqueue's own claim statement (sql/worker.sql "claim", as the worker sends it)
+        for claim_rows rows over claim_queues queues (claim_rows / claim_queues slots
+        each, every queue with twice that many ready jobs), on a fresh (custom) plan and
+        on a cached generic one (a prepared statement under plan_cache_mode =
+        force_generic_plan, which the plan cache picks by itself after five runs when
+        the generic plan's estimate is no worse). Each claim is rolled back; median of
+        claim_repeats, alternating."""
+        import uuid
+
+        from portqueue import PortQueue
+        from portqueue.queries import queries_for
+
+        dsn = self.fresh_database(system)
+        rows, queues = self.sizes["claim_rows"], self.sizes["claim_queues"]
+        slots = max(1, rows // queues)
+        names = [f"{systems.QUEUE}-{i}" for i in range(queues)]
+        with PortQueue(dsn) as client:
+            for name in names:
+                client.add_jobs(queue=name, jobs=[{"data": {"seq": i}} for i in range(2 * slots)])
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("ANALYZE")
+        worker_id = uuid.uuid4()
+        query = queries_for("portqueue")(
+            "claim", queues=names, slots=[slots] * queues, lease_seconds=[60] * queues,
+            refused_patterns=[], matching_patterns=[], worker_id=worker_id)
+        timings: dict[str, list[float]] = {"fresh": [], "cached": []}
+        claimed = 0
+        with psycopg.connect(dsn) as conn:
+            conn.execute("SET plan_cache_mode = force_generic_plan")
+            conn.commit()
+            for _ in range(self.sizes.get("claim_repeats", 3)):
+                for kind in ("fresh", "cached"):
+                    start = time.perf_counter()
+                    # prepare=False: an unnamed statement, planned for these values
+                    claimed = len(conn.execute(query.sql, query.params,
+                                               prepare=kind == "cached").fetchall())
+                    timings[kind].append(1000 * (time.perf_counter() - start))
+                    conn.rollback()
+        fresh, cached = statistics.median(timings["fresh"]), statistics.median(timings["cached"])
+        return {"rows": claimed, "queues": queues, "slots": slots,
+                "fresh_ms": round(fresh, 1), "cached_ms": round(cached, 1),
+                "ratio": round(cached / fresh, 2)}
+
     def run_one(self, scenario: str, system: str) -> dict[str, Any]:
         if scenario == "enqueue_single":
             return self.enqueue(system, "single")
@@ -468,6 +608,14 @@ class Bench:
             return self.multi_queue(system)
         if scenario == "soak":
             return self.drain(system, self.sizes["soak"], soak=True)
+        if scenario == "drain_payload":
+            return self.drain_payload(system)
+        if scenario == "delayed_priority":
+            return self.delayed_priority(system)
+        if scenario == "many_queues":
+            return self.many_queues(system)
+        if scenario == "cached_plan":
+            return self.cached_plan(system)
         raise ValueError(scenario)
 
 
@@ -485,12 +633,58 @@ class Bench:
         raise AssertionError("unreachable")
 
 
+def backends_cpu_ns(admin_dsn: str, dsn: str) -> dict[int, int] | None:
+    """CPU used so far by each backend of dsn's database except the bench's own producers
+    (application_name bench-producer) and this connection, from /proc/<pid>/schedstat:
+    the server runs on this machine. None when /proc cannot be read."""
+    database = conninfo_to_dict(dsn)["dbname"]
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        pids = [pid for (pid,) in conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+            " AND coalesce(application_name, '') <> 'bench-producer'", (database,))]
+    found: dict[int, int] = {}
+    for pid in pids:
+        try:
+            found[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        except PermissionError:
+            return None
+    return found
+
+
+def cpu_per_second(before: tuple[float, dict[int, int] | None],
+                   after: tuple[float, dict[int, int] | None]) -> float:
+    """Milliseconds of backend CPU per second of wall time between two samples; a backend
+    that appeared in between counts whole."""
+    if before[1] is None or after[1] is None:
+        return float("nan")
+    used = sum(ns - before[1].get(pid, 0) for pid, ns in after[1].items())
+    return round(used / 1e6 / (after[0] - before[0]), 2)
+
+
 def pct(sorted_values: list[float], p: float) -> float:
     if not sorted_values:
         return float("nan")
     k = (len(sorted_values) - 1) * p / 100
     lo, hi = int(k), min(int(k) + 1, len(sorted_values) - 1)
     return round(sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (k - lo), 2)
+
+
+NODE_DIR = BENCH / "node"
+
+
+def ensure_node_peers() -> None:
+    """Install the Node peers (bench/node/package-lock.json, pinned) into the git-ignored
+    bench/node/node_modules with `npm ci`, again whenever the lock file changes."""
+    stamp = NODE_DIR / "node_modules" / ".bench-installed"
+    wanted = hashlib.sha256((NODE_DIR / "package-lock.json").read_bytes()).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    print(f"bench: installing the Node peers in {NODE_DIR / 'node_modules'} …", flush=True)
+    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                   cwd=str(NODE_DIR), check=True)
+    stamp.write_text(wanted)
 
 
 # --------------------------------------------------------------------------- reporting
@@ -500,6 +694,12 @@ def systems_for(scenario: str, chosen: list[str]) -> list[str]:
     names = list(chosen)
     if scenario == "multi_queue":  # a portqueue worker's wake-ups, not a comparison
         return [name for name in chosen if name == "portqueue"]
+    if scenario == "drain_big_table":  # no background loader for the Node peers yet
+        names = [name for name in names if name not in systems.NODE_SYSTEMS]
+    if scenario in ("many_queues", "cached_plan"):  # portqueue's claim, not a comparison
+        return [name for name in chosen if name == "portqueue"]
+    if scenario == "delayed_priority":
+        return [name for name in chosen if name in systems.DELAYED_LOADERS]
     if scenario == "latency" and "rawsql" in chosen:
         names.append("listen_notify")
     return names
@@ -568,6 +768,8 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]], chosen: list[str
             rows.append(row)
         out.append(table(["scenario / metric", *[f"pq / {o}" for o in others]], rows))
 
+    out += best_peer_table(results, all_systems)
+
     derived = []
     for system in all_systems:
         def median_rate(scenario: str, system: str = system) -> float | None:
@@ -584,6 +786,32 @@ def report(results: dict[str, dict[str, list[dict[str, Any]]]], chosen: list[str
                 "4-process drain / 1-process drain:", ""]
         out.append(table(["system", "big / empty", "4 procs / 1 proc"], derived))
     return "\n".join(out)
+
+
+def best_peer_table(results: dict[str, dict[str, list[dict[str, Any]]]],
+                    all_systems: list[str]) -> list[str]:
+    """portqueue against the best peer of each row (by median; raw SQL and the bare
+    NOTIFY are ceilings, not peers): the median of the per-run ratios, same convention
+    as the ratios table (rates > 1 and ms < 1 mean portqueue is ahead)."""
+    peers = [s for s in all_systems
+             if s not in ("portqueue", "rawsql", "listen_notify") and not systems.is_variant(s)]
+    rows = []
+    for scenario, metric, _unit, higher in METRICS:
+        mine = results.get(scenario, {}).get("portqueue", [])
+        medians = {p: statistics.median(r[metric] for r in runs)
+                   for p in peers if (runs := [r for r in results.get(scenario, {}).get(p, [])
+                                               if metric in r])}
+        if not mine or not medians or metric.startswith("ratio") or metric == "ratio":
+            continue
+        best = (max if higher else min)(medians, key=lambda p: medians[p])
+        theirs = results[scenario][best]
+        ratios = [a[metric] / b[metric] for a, b in zip(mine, theirs, strict=False)
+                  if metric in a and metric in b and b[metric]]
+        rows.append([f"{scenario} {metric}", best, fmt(medians[best]), spread(ratios)])
+    if not rows:
+        return []
+    return ["", "portqueue / the best peer of each row (per-run ratios, median (min-max)):", "",
+            table(["scenario / metric", "best peer", "its median", "pq / best"], rows)]
 
 
 def versions(dsn: str) -> dict[str, Any]:
@@ -626,6 +854,15 @@ def main() -> None:
     parser.add_argument("--set", action="append", metavar="SYSTEM.OPTION=VALUE",
                         help="override a system's setting, e.g. pgqueuer.batch_size=10")
     parser.add_argument("--out", default=str(BENCH / "results"), help="where the JSON goes")
+    parser.add_argument("--payload-kb", default=",".join(map(str, PAYLOAD_KB)),
+                        help="drain_payload: payload sizes in KB (default 1,10,100)")
+    parser.add_argument("--payload-jobs", type=int, help="drain_payload: jobs per drain")
+    parser.add_argument("--delayed-jobs", type=int,
+                        help="delayed_priority: delayed jobs loaded (issue 23: 1000000)")
+    parser.add_argument("--queue-counts", default=",".join(map(str, QUEUE_COUNTS)),
+                        help="many_queues: the numbers of queues (default 1,100,1000)")
+    parser.add_argument("--claim-rows", type=int, help="cached_plan: rows per claim")
+    parser.add_argument("--claim-queues", type=int, help="cached_plan: queues per claim")
     parser.add_argument("--keep-databases", action="store_true",
                         help="leave the bench_* databases of the last scenario for inspection")
     args = parser.parse_args()
@@ -639,7 +876,20 @@ def main() -> None:
         if name not in systems.SYSTEMS and not systems.is_variant(name):
             parser.error(f"unknown system {name!r}")
 
+    if any(name in systems.NODE_SYSTEMS for name in chosen):
+        ensure_node_peers()
     bench = Bench(args)
+    bench.payload_kb = [int(kb) for kb in args.payload_kb.split(",") if kb]
+    bench.queue_counts = [int(k) for k in args.queue_counts.split(",") if k]
+    METRICS.extend(("drain_payload", f"{metric}_{kb}kb", unit, True)
+                   for kb in bench.payload_kb if kb not in PAYLOAD_KB
+                   for metric, unit in (("rate", "jobs/s"), ("ratio", "x")))
+    METRICS.extend(("many_queues", f"{metric}_{k}q", unit, False)
+                   for k in bench.queue_counts if k not in QUEUE_COUNTS
+                   for metric, unit in (("p50_ms", "ms"), ("db_ms_per_s", "ms/s")))
+    overrides = {"payload_jobs": args.payload_jobs, "delayed": args.delayed_jobs,
+                 "claim_rows": args.claim_rows, "claim_queues": args.claim_queues}
+    bench.sizes = {**bench.sizes, **{k: v for k, v in overrides.items() if v is not None}}
     for name in chosen:
         if systems.is_variant(name):
             # portqueue's settings, then the variant's own --set overrides

@@ -17,8 +17,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -34,9 +37,15 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     "pgqueuer": {"batch_size": 100, "driver": "asyncpg"},
     "rawsql": {"batch_size": 100},
     "listen_notify": {},
+    # The Node peers (bench/node): graphile-worker prefetches localQueue.size jobs per
+    # fetch and batches completions; pg-boss polls, batch_size jobs per fetch loop.
+    "graphile-worker": {"concurrency": 100, "local_queue_size": 500, "poll_interval_ms": 2000,
+                        "complete_batch_delay_ms": 0},
+    "pg-boss": {"batch_size": 500, "workers": 4, "polling_interval_s": 0.5, "pool_max": 10},
 }
 
-SYSTEMS = ["portqueue", "procrastinate", "pgqueuer", "rawsql"]
+SYSTEMS = ["portqueue", "graphile-worker", "pg-boss", "procrastinate", "pgqueuer", "rawsql"]
+NODE_SYSTEMS = ["graphile-worker", "pg-boss"]
 
 
 def worker_dsn(dsn: str, settings: dict[str, Any]) -> str:
@@ -50,10 +59,15 @@ def worker_dsn(dsn: str, settings: dict[str, Any]) -> str:
     return make_conninfo(dsn, options=f"-c synchronous_commit={mode}")
 
 
+# BENCH_DB_PREFIX: another prefix lets two benches share a server without dropping each
+# other's databases (every scenario drops and creates its own).
+DB_PREFIX = os.environ.get("BENCH_DB_PREFIX", "bench")
+
+
 def database(system: str) -> str:
     if system == "listen_notify":
-        return "bench_rawsql"
-    return f"bench_{system.replace('@', '_')}"
+        return f"{DB_PREFIX}_rawsql"
+    return f"{DB_PREFIX}_{system.replace('@', '_').replace('-', '_')}"
 
 
 def is_variant(system: str) -> bool:
@@ -74,6 +88,14 @@ class Producer:
 
 
 # --------------------------------------------------------------------------- portqueue
+
+
+# ids are UUIDv7 like portqueue's own (48-bit millisecond prefix) for a timestamp {ts}
+# dated before the drain jobs, so they sit to the left of them in the pkey (and below the
+# drain's first id, which remaining_sql counts from).
+PORTQUEUE_UUID7 = ("(lpad(to_hex((extract(epoch FROM {ts}) * 1000)::bigint), 12, '0')"
+                   " || '7' || substr(md5(g::text), 1, 3) || '8'"
+                   " || substr(md5(random()::text), 1, 15))::uuid")
 
 
 class PortQueueSystem:
@@ -149,11 +171,7 @@ class PortQueueSystem:
 
     def load_background(self, conn: psycopg.Connection[Any], finished: int,
                         delayed: int) -> None:
-        # ids are UUIDv7 like portqueue's own (48-bit millisecond prefix), dated
-        # before the drain jobs, so they sit to the left of them in the pkey.
-        uuid7 = ("(lpad(to_hex((extract(epoch FROM {ts}) * 1000)::bigint), 12, '0')"
-                 " || '7' || substr(md5(g::text), 1, 3) || '8'"
-                 " || substr(md5(random()::text), 1, 15))::uuid")
+        uuid7 = PORTQUEUE_UUID7
         conn.execute("INSERT INTO portqueue.queue (name) VALUES (%s) ON CONFLICT DO NOTHING",
                      (QUEUE,))
         finished_ts = "now() - interval '3 hours' + g * interval '1 ms'"
@@ -488,6 +506,151 @@ class ListenNotifySystem:
                         break
 
 
+# --------------------------------------------------------------------------- Node peers
+
+NODE_DIR = Path(__file__).resolve().parent / "node"
+NODE_CHILD = NODE_DIR / "child.mjs"
+
+
+def child_command(system: str, python: str, python_child: Path) -> list[str]:
+    """How run.py starts one measured process of ``system``: bench/child.py on the
+    bench venv's python, or bench/node/child.mjs on node for the Node peers."""
+    if system in NODE_SYSTEMS:
+        return ["node", str(NODE_CHILD)]
+    return [python, str(python_child)]
+
+
+class NodeProducer(Producer):
+    """run.py's own adds (pre-adds, warm-ups) through a `child.mjs serve` process, so the
+    jobs are written by the peer's own client library."""
+
+    def __init__(self, system: str, dsn: str, settings: dict[str, Any]) -> None:
+        self.proc = subprocess.Popen(
+            ["node", str(NODE_CHILD), "serve", system, dsn, "--settings", json.dumps(settings)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=str(NODE_DIR))
+        self._reply("ready")
+
+    def _reply(self, kind: str) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("@") and json.loads(line[1:]).get("ev") == kind:
+                return
+        raise RuntimeError(f"node producer exited with {self.proc.wait()}")
+
+    def _send(self, op: str, payloads: list[dict[str, Any]]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, "payloads": payloads}) + "\n")
+        self.proc.stdin.flush()
+        self._reply("ok")
+
+    async def add_one(self, payload: dict[str, Any]) -> None:
+        self._send("one", [payload])
+
+    async def add_many(self, payloads: list[dict[str, Any]]) -> None:
+        self._send("many", payloads)
+
+    async def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(30)
+
+
+class NodeSystem:
+    name = ""
+
+    def setup(self, dsn: str) -> None:
+        subprocess.run(["node", str(NODE_CHILD), "setup", self.name, dsn], check=True,
+                       cwd=str(NODE_DIR))
+
+    async def producer(self, dsn: str, settings: dict[str, Any]) -> Producer:
+        return NodeProducer(self.name, dsn, settings)
+
+
+class GraphileWorkerSystem(NodeSystem):
+    name = "graphile-worker"
+    # graphile-worker deletes a job when it completes: what is left is unfinished.
+    remaining_sql = "SELECT count(*) FROM graphile_worker._private_jobs WHERE id >= %s"
+    first_id_sql = "SELECT min(id) FROM graphile_worker._private_jobs WHERE run_at <= now()"
+
+
+class PgBossSystem(NodeSystem):
+    name = "pg-boss"
+    # ids are random UUIDs: the drain's jobs are told apart by their creation time.
+    remaining_sql = ("SELECT count(*) FROM pgboss.job WHERE name = 'bench' AND created_on >= %s"
+                     " AND state IN ('created', 'retry', 'active')")
+    first_id_sql = ("SELECT min(created_on) FROM pgboss.job "
+                    "WHERE name = 'bench' AND state = 'created' AND start_after <= now()")
+
+
+# --------------------------------------------------------------------------- delayed jobs
+
+# delayed_priority: n jobs due in a day at a priority above the ready ones, written in each
+# system's own layout (triggers off: run.py loads under session_replication_role = replica),
+# so a claim that walks its index in priority order meets every one of them first.
+# raw SQL has no priority: its claim index is ordered by run_at, which puts them last.
+
+
+def _delayed_portqueue(conn: psycopg.Connection[Any], n: int) -> None:
+    conn.execute("INSERT INTO portqueue.queue (name) VALUES (%s) ON CONFLICT DO NOTHING",
+                 (QUEUE,))
+    ids = PORTQUEUE_UUID7.format(ts="now() - interval '2 hours' + g * interval '1 ms'")
+    conn.execute(f"""
+        INSERT INTO portqueue.job (id, queue, data, priority, start_after)
+        SELECT {ids}, %s, jsonb_build_object('seq', -g), 10, now() + interval '1 day'
+        FROM generate_series(1, %s) AS g""", (QUEUE, n))  # noqa: S608
+
+
+def _delayed_graphile(conn: psycopg.Connection[Any], n: int) -> None:
+    # graphile-worker runs the lowest priority number first; add_jobs keeps its task table
+    # and counters right, which a bare INSERT into _private_jobs would not.
+    conn.execute("""
+        SELECT count(*) FROM graphile_worker.add_jobs(ARRAY(
+            SELECT ROW(%s, json_build_object('seq', -g), NULL, now() + interval '1 day',
+                       NULL, NULL, -10, NULL)::graphile_worker.job_spec
+            FROM generate_series(1, %s) AS g))""", (QUEUE, n))
+
+
+def _delayed_pgboss(conn: psycopg.Connection[Any], n: int) -> None:
+    conn.execute("""
+        INSERT INTO pgboss.job (name, data, priority, start_after)
+        SELECT %s, jsonb_build_object('seq', -g), 10, now() + interval '1 day'
+        FROM generate_series(1, %s) AS g""", (QUEUE, n))
+
+
+def _delayed_procrastinate(conn: psycopg.Connection[Any], n: int) -> None:
+    conn.execute("""
+        INSERT INTO procrastinate_jobs (queue_name, task_name, args, status, priority,
+                                        scheduled_at)
+        SELECT %s, 'noop', jsonb_build_object('seq', -g), 'todo', 10, now() + interval '1 day'
+        FROM generate_series(1, %s) AS g""", (QUEUE, n))
+
+
+def _delayed_pgqueuer(conn: psycopg.Connection[Any], n: int) -> None:
+    conn.execute("""
+        INSERT INTO pgqueuer (priority, created, updated, heartbeat, execute_after, status,
+                              entrypoint, payload)
+        SELECT 10, now(), now(), now(), now() + interval '1 day', 'queued', %s,
+               convert_to(jsonb_build_object('seq', -g)::text, 'UTF8')
+        FROM generate_series(1, %s) AS g""", (QUEUE, n))
+
+
+def _delayed_rawsql(conn: psycopg.Connection[Any], n: int) -> None:
+    conn.execute("""
+        INSERT INTO job (queue, payload, run_at)
+        SELECT %s, jsonb_build_object('seq', -g), now() + interval '1 day'
+        FROM generate_series(1, %s) AS g""", (QUEUE, n))
+
+
+DELAYED_LOADERS: dict[str, Callable[[psycopg.Connection[Any], int], None]] = {
+    "portqueue": _delayed_portqueue,
+    "graphile-worker": _delayed_graphile,
+    "pg-boss": _delayed_pgboss,
+    "procrastinate": _delayed_procrastinate,
+    "pgqueuer": _delayed_pgqueuer,
+    "rawsql": _delayed_rawsql,
+}
+
+
 def get(system: str) -> Any:
     if is_variant(system):
         variant = PortQueueSystem()
@@ -499,4 +662,6 @@ def get(system: str) -> Any:
         "pgqueuer": PgQueuerSystem,
         "rawsql": RawSqlSystem,
         "listen_notify": ListenNotifySystem,
+        "graphile-worker": GraphileWorkerSystem,
+        "pg-boss": PgBossSystem,
     }[system]()
