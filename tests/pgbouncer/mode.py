@@ -46,6 +46,8 @@ _SERVER_CONNECTIONS = ("waits for the handler pool's server connections to close
                        "by design")
 _WAITER_SESSION = ("finds the waiter's read in pg_stat_activity by its application_name; "
                    "PgBouncer's server connections keep their last client's name")
+_BUDGET = ("counts a worker's own server sessions in pg_stat_activity; through PgBouncer the "
+           "server sees PgBouncer's pooled connections, not the worker's")
 NEEDS_A_SESSION: dict[str, str] = {
     "tests/integration/test_read.py::test_datetimes_are_utc_whatever_the_session_time_zone":
         "sets the session time zone with the `options` startup parameter, which PgBouncer "
@@ -90,6 +92,21 @@ NEEDS_A_SESSION: dict[str, str] = {
     "test_a_worker_dsn_without_flush_waits_covers_its_writes_and_not_the_producers":
         "sets synchronous_commit with the `options` startup parameter, which PgBouncer "
         "refuses (behind PgBouncer: ALTER ROLE … SET synchronous_commit)",
+    "tests/integration/test_bulk_retry_cancel.py::"
+    "test_cancel_jobs_stops_running_handlers_through_their_signal": _NOTIFY,
+    "tests/integration/test_worker_wake_share.py::"
+    "test_only_the_oldest_workers_listen_and_the_next_take_over": _NOTIFY,
+    "tests/integration/test_worker_connection_budget.py::"
+    "test_a_worker_holds_three_connections_by_default": _BUDGET,
+    "tests/integration/test_worker_connection_budget.py::"
+    "test_poll_only_gives_the_listeners_share_to_the_pool": _BUDGET,
+    "tests/integration/test_worker_connection_budget.py::"
+    "test_more_connections_widen_the_pool_only": _BUDGET,
+    "tests/integration/test_with_settings.py::"
+    "test_a_derived_client_runs_the_originals_handlers_with_its_own_settings":
+        "compares the derived client's DSN and finds its session by application_name; the "
+        "switch routes every client's DSN, and PgBouncer names server connections after "
+        "their last client",
 }
 
 NOT_ROUTED: dict[str, str] = {
