@@ -305,6 +305,10 @@ BEGIN
     END IF;
     -- Dependents waiting for this job alone: its outcome settles them, and no
     -- other dependency's transaction can race for them. One statement.
+    -- Released, a dependent becomes pending, its own delay counting from now;
+    -- else it ends cancelled with a DependencyFailed entry naming this job.
+    -- (Both settling statements write the same columns; a migration is
+    -- frozen, so each is written out whole.)
     UPDATE "portqueue".job AS c
     SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
         start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)

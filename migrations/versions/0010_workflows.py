@@ -117,8 +117,25 @@ BEGIN
     END IF;
     -- Dependents waiting for this job alone: its outcome settles them, and no
     -- other dependency's transaction can race for them. One statement.
+    -- Released, a dependent becomes pending, its own delay counting from now;
+    -- else it ends cancelled with a DependencyFailed entry naming this job.
+    -- (Both settling statements write the same columns; a migration is
+    -- frozen, so each is written out whole.)
     UPDATE {schema}.job AS c
-    {settle_alone}
+    SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', ('dependency ' || parent || ' ended ' || state),
+                          'dependency_id', parent::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
     WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
     IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
                  ELSE NEW.has_shared_dependents END) THEN
@@ -168,7 +185,20 @@ BEGIN
            OR (NOT v.runs AND v.failed_id IS NOT NULL)
     )
     UPDATE {schema}.job AS c
-    {settle_several}
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
     FROM settled AS s
     WHERE c.id = s.id;
     RETURN NULL;
@@ -214,36 +244,10 @@ ALTER TABLE {schema}.job
 """
 
 
-# What settling a waiting dependent writes: released, it becomes pending, its
-# own delay counting from now; else it ends cancelled with a DependencyFailed
-# entry naming the dependency. {released}, {message}, {failed_id}: SQL
-# expressions for one dependent (alias c).
-SETTLE = """SET status = CASE WHEN {released} THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
-        start_after = CASE WHEN {released} THEN now() + (c.start_after - c.created_at)
-                           ELSE c.start_after END,
-        expire_at = CASE WHEN {released}
-                         THEN now() + (c.start_after - c.created_at)
-                              + make_interval(secs => c.expire_in_seconds)
-                         ELSE c.expire_at END,
-        finished_at = CASE WHEN {released} THEN NULL ELSE now() END,
-        errors = CASE WHEN {released} THEN c.errors
-                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
-                          'type', 'DependencyFailed', 'message', {message},
-                          'dependency_id', {failed_id}::text, 'attempt', c.attempt,
-                          'at', now())) END,
-        error = CASE WHEN {released} THEN c.error ELSE {message} END"""
 
 
 def upgrade() -> None:
-    schema = context.config.attributes["quoted_schema"]
-    op.execute(UPGRADE.format(
-        schema=schema,
-        settle_alone=SETTLE.format(
-            schema=schema,
-            released="(state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')",
-            message="('dependency ' || parent || ' ended ' || state)", failed_id="parent"),
-        settle_several=SETTLE.format(
-            schema=schema, released="s.released", message="s.message", failed_id="s.failed_id")))
+    op.execute(UPGRADE.format(schema=context.config.attributes["quoted_schema"]))
 
 
 def downgrade() -> None:

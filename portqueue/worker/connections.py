@@ -190,6 +190,11 @@ class Connections:
                     if left <= 0:
                         raise
                     delay = min(delay, left)
+                    # Each try is said: an operator watching a worker that
+                    # cannot reach its database sees why, and for how long.
+                    log.warning("worker %s: could not connect to the database (%s); "
+                                "retrying in %.1f s, for %.0f s more", worker_id,
+                                one_line(exc), delay, left)
                 await stopping.sleep(delay)
                 if stopping():
                     return False

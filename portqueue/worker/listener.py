@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
+import psycopg.sql
 
 from portqueue import worker_operations as ops
 from portqueue.driver import execute_async
@@ -143,11 +144,14 @@ class Listener:
     def _wakes_any(self) -> bool:
         return any(self._ranks.get(queue, 1) <= WAKE_SHARE for queue in self._demand.queues)
 
-    async def _subscribe(self, conn: psycopg.AsyncConnection[Any], command: str) -> None:
+    async def _subscribe(self, conn: psycopg.AsyncConnection[Any],
+                         command: Literal["LISTEN", "UNLISTEN"]) -> None:
         """LISTEN (or UNLISTEN) the cancel channel, then the job channel."""
         for channel in (self.q.cancel_channel, self.q.job_channel):
+            name = psycopg.sql.Identifier(channel)
             await self._connections.within(conn, conn.execute(
-                psycopg.sql.SQL(command + " {}").format(psycopg.sql.Identifier(channel))))
+                psycopg.sql.SQL("LISTEN {}").format(name) if command == "LISTEN"
+                else psycopg.sql.SQL("UNLISTEN {}").format(name)))
         self._subscribed = command == "LISTEN"
 
     async def _rank(self, conn: psycopg.AsyncConnection[Any]) -> None:
