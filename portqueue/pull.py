@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Sequence
-from datetime import timezone
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 from portqueue import validation
@@ -118,13 +118,19 @@ def fetch(settings: Settings, verdicts: ClientVerdicts, consumer_id: str, queue:
     if not claimed:
         return []
     leases = [ops.Lease(row["id"], row["lease_token"]) for row in claimed]
-    expiry = {row["id"]: row["lease_expires_at"] for row in (yield ops.leased_jobs(q, leases))}
+    leased = {row["id"]: row for row in (yield ops.leased_jobs(q, leases))}
+    claimed.sort(key=lambda row: _claim_order(leased[row["id"]]))
     return [FetchedJob(
         job_id=row["id"], queue=row["queue"], data=json.loads(row["data_json"]),
         attempt=row["attempt"], max_attempts=row["max_attempts"],
         lease_token=row["lease_token"],
-        lease_expires_at=expiry[row["id"]].astimezone(timezone.utc),
+        lease_expires_at=leased[row["id"]]["lease_expires_at"].astimezone(timezone.utc),
     ) for row in claimed]
+
+
+def _claim_order(row: Mapping[str, Any]) -> tuple[int, datetime, int]:
+    """The order a claim takes ready jobs in (job_claim_idx)."""
+    return -row["priority"], row["start_after"], row["seq"]
 
 
 def _judge(q: Queries, verdicts: ClientVerdicts, patterns: Sequence[str]) -> Operation[bool]:

@@ -219,13 +219,15 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 -- lease's expiry, which fetch_jobs reports, and the retry policy a failure
 -- follows, which fail_job applies as the worker does. Only rows still holding
 -- the lease come back (id, token, status 'active'): a missing one is fenced.
+-- priority, start_after, seq: fetch_jobs hands its jobs out in claim order
+-- (a claim's RETURNING has no order).
 -- Pinned to the primary key as complete_jobs is (and for its reason): joined
 -- plainly, the planner scanned job_lease_idx, every running job.
 WITH l AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb) AS l (id uuid, lease_token bigint)
 )
-SELECT j.id::text AS id, j.lease_expires_at, j.attempt, j.max_attempts,
-       j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+SELECT j.id::text AS id, j.lease_expires_at, j.priority, j.start_after, j.seq, j.attempt,
+       j.max_attempts, j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
        j.backoff_max_delay_seconds, j.backoff_jitter,
        j.cancel_requested_at IS NOT NULL AS cancel_requested
 FROM {schema}.job AS j

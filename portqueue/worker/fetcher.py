@@ -152,7 +152,10 @@ class Fetcher:
             await self._connections.within(conn, self._limits.refresh(conn))
 
     async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
-        """One claim outside the loop (drain): its jobs start as the loop's do."""
+        """One claim outside the loop (drain): its jobs start as the loop's do.
+        The limits are read first: without the loop nothing else reads them,
+        and the plain claim passes over a limited queue."""
+        await self._refresh_limits()
         async with self.claiming:
             return await self._claim(asked)
 

@@ -204,8 +204,8 @@ RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 WITH l AS MATERIALIZED (
     SELECT * FROM jsonb_to_recordset(%(jobs)s::jsonb) AS l (id uuid, lease_token bigint)
 )
-SELECT j.id::text AS id, j.lease_expires_at, j.attempt, j.max_attempts,
-       j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+SELECT j.id::text AS id, j.lease_expires_at, j.priority, j.start_after, j.seq, j.attempt,
+       j.max_attempts, j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
        j.backoff_max_delay_seconds, j.backoff_jitter,
        j.cancel_requested_at IS NOT NULL AS cancel_requested
 FROM "portqueue".job AS j
