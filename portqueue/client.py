@@ -658,8 +658,10 @@ class PortQueue:
         with its traceback). With ``retry`` and attempts left it goes back to
         pending after its retry policy's delay, as a raising handler's does;
         otherwise it ends failed and is dead-lettered if its queue says so. A job
-        whose cancel was requested ends cancelled. ``False`` if the lease is no
-        longer held."""
+        whose cancel was requested ends cancelled. ``error`` may be a ``Snooze``
+        (back to pending ``seconds`` later, no attempt spent) or a ``Cancel``
+        (cancelled at once, no retry), as a handler raises them. ``False`` if the
+        lease is no longer held."""
         operation = pull.fail(self._settings, job_id, lease_token, error, retry)
         return self._run(operation)
 

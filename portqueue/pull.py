@@ -20,6 +20,7 @@ from typing import Any
 
 from portqueue import validation
 from portqueue import worker_operations as ops
+from portqueue.control import Cancel, Snooze
 from portqueue.driver import Operation, sqlstate
 from portqueue.errors import InvalidArgument
 from portqueue.operations import PATTERN_REFUSALS, retry_policy_of
@@ -185,7 +186,12 @@ def fail(settings: Settings, job_id: object, lease_token: object, error: object,
     or with no attempts left, it ends failed (and is copied to its queue's
     dead-letter queue, if one is set). A job whose cancel was requested ends
     cancelled, never retried, as a handler that raised after its cancel
-    signal."""
+    signal.
+
+    ``error`` may be a ``Snooze`` or a ``Cancel``, as a handler raises them:
+    a snoozed job goes back to pending ``seconds`` later with its attempt
+    given back and no error; a cancelled one ends cancelled at once, its
+    reason kept, whatever ``retry`` says."""
     lease = _lease(job_id, lease_token)
     if isinstance(error, str):
         if not error:
@@ -199,16 +205,19 @@ def fail(settings: Settings, job_id: object, lease_token: object, error: object,
     if not rows:
         return False
     (row,) = rows
+    if isinstance(error, Snooze) and not row["cancel_requested"]:
+        entry = ops.snooze_entry(lease.id, lease.lease_token, delay_seconds=error.seconds)
+        return lease.id in ops.snoozed_ids((yield ops.snooze_jobs(q, [entry])))
+    cancelled = bool(row["cancel_requested"]) or isinstance(error, Cancel)
     attempt = row["attempt"]
     policy = retry_policy_of(row)
-    again = (retry and not row["cancel_requested"] and attempt < row["max_attempts"]
-             and policy is not None)
+    again = retry and not cancelled and attempt < row["max_attempts"] and policy is not None
     record = (error_record(error, attempt) if isinstance(error, BaseException)
               else {**error_record(Exception(error), attempt), "type": TEXT_ERROR_TYPE,
                     "traceback": None})
     entry = ops.failure_entry(
         lease.id, lease.lease_token,
-        status="cancelled" if row["cancel_requested"] else "failed", retry=again,
+        status="cancelled" if cancelled else "failed", retry=again,
         delay_seconds=retry_delay(policy, attempt) if again and policy else 0.0, error=record)
     failed = yield ops.fail_jobs(q, [entry])
     return lease.id in ops.failed_ids(failed)
