@@ -87,26 +87,14 @@ INSERT INTO {schema}.queue AS q (name, paused, paused_at)
 VALUES (%(queue)s, %(mode)s, now())
 ON CONFLICT (name) DO UPDATE
 SET paused = excluded.paused, paused_at = now(), updated_at = now()
-RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
-          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
-          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
-          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
-          {queue_limit_columns};
+RETURNING {queue_info_columns};
 
 -- name: resume_queue
 INSERT INTO {schema}.queue AS q (name)
 VALUES (%(queue)s)
 ON CONFLICT (name) DO UPDATE
 SET paused = NULL, paused_at = NULL, updated_at = now()
-RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
-          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
-          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
-          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
-          {queue_limit_columns};
+RETURNING {queue_info_columns};
 
 -- name: remove_queue
 -- Removes a queue with no unfinished job: its row, its schedules (else they

@@ -50,25 +50,13 @@ SELECT
         AS oldest_pending_seconds;
 
 -- name: queue_page
-SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
-       q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
-       q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
-       q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
-       {queue_limit_columns}
+SELECT {queue_info_columns}
 FROM {schema}.queue AS q
 ORDER BY q.created_at DESC, q.name
 LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: queue_by_name
-SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
-       q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
-       q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
-       q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
-       {queue_limit_columns}
+SELECT {queue_info_columns}
 FROM {schema}.queue AS q
 WHERE q.name = %(queue)s;
 

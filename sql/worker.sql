@@ -101,13 +101,7 @@ candidates AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
 ),
--- What the claim takes: no pattern, or one judged to match. The rest of the
--- candidates name a pattern not judged yet.
-claimable AS (
-    SELECT c.id FROM candidates AS c
-    WHERE c.pattern IS NULL
-       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
-),
+{claimable},
 claimed AS (
     UPDATE {schema}.job AS j
     SET {claim_set}
@@ -465,11 +459,7 @@ candidates AS (
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
 ),
-claimable AS (
-    SELECT c.id FROM candidates AS c
-    WHERE c.pattern IS NULL
-       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
-),
+{claimable},
 claimed AS (
     UPDATE {schema}.job AS j
     SET {claim_set},
@@ -518,6 +508,16 @@ SELECT NULL, %(queue)s, 'rate_limited',
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
   AND (SELECT count(*) FROM claimed) < %(slots)s;
+
+-- fragment: claimable
+-- What a claim takes of its candidates (alias candidates: id, pattern): no
+-- pattern, or one judged to match. The rest name a pattern not judged yet.
+-- Shared by claim and claim_limited.
+claimable AS (
+    SELECT c.id FROM candidates AS c
+    WHERE c.pattern IS NULL
+       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
+)
 
 -- fragment: claim_set
 -- The SET of a claim's UPDATE, from its candidates (alias c: expired,

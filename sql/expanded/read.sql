@@ -44,12 +44,12 @@ SELECT
 
 -- name: queue_page
 SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
-       q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
-       q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
-       q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
-       q.global_concurrency, q.partition_concurrency, q.rate_limit, q.rate_limit_period_seconds,
+          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+          q.global_concurrency, q.partition_concurrency, q.rate_limit, q.rate_limit_period_seconds,
 q.rate_limit_per_partition
 FROM "portqueue".queue AS q
 ORDER BY q.created_at DESC, q.name
@@ -57,12 +57,12 @@ LIMIT %(limit)s OFFSET %(offset)s;
 
 -- name: queue_by_name
 SELECT q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
-       q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
-       q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
-       q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
-       q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
-       q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
-       q.global_concurrency, q.partition_concurrency, q.rate_limit, q.rate_limit_period_seconds,
+          q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
+          q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
+          q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
+          q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
+          q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
+          q.global_concurrency, q.partition_concurrency, q.rate_limit, q.rate_limit_period_seconds,
 q.rate_limit_per_partition
 FROM "portqueue".queue AS q
 WHERE q.name = %(queue)s;
