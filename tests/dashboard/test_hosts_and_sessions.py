@@ -30,7 +30,6 @@ from tests.support.cli import Cli
 from tests.support.ports import free_port, http_status
 from tests.support.waiting import wait_until, wait_until_async
 
-ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = "dash.example"
 SESSION_COOKIE = "portqueue_session"
 
@@ -60,9 +59,7 @@ def start_dashboard(
     def start(*args: str, **env: str) -> Server:
         port = free_port()
         log = tmp_path_factory.mktemp("dashboard") / "server.log"
-        # PYTHONPATH: this checkout's code, not whichever portqueue is installed.
-        environment = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=migrated_schema,
-                              PYTHONPATH=str(ROOT), **env)
+        environment = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=migrated_schema, **env)
         with log.open("w") as output:
             process = subprocess.Popen(
                 [*cli_command(), "dashboard", "--port", str(port), *args], env=environment,

@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 
 from portqueue import PortQueue
-from tests.faults.harness import QUEUE, ROOT, Fleet, assert_nothing_lost, ledger, wait_status
+from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, ledger, wait_status
 from tests.support.rows import count_jobs
 from tests.support.waiting import wait_until
 
@@ -32,9 +32,7 @@ def test_a_fan_in_survives_a_sigkilled_worker_and_its_callback_runs_once(
           for key in keys),
         {"key": "callback", "queue": CALLBACK_QUEUE, "data": {}, "depends_on": keys},
     ])
-    # PYTHONPATH: the processes run this checkout's portqueue, whichever one
-    # the environment has installed.
-    workers = [fleet.worker(app=APP, lease_seconds=2, PYTHONPATH=str(ROOT)) for _ in range(4)]
+    workers = [fleet.worker(app=APP, lease_seconds=2) for _ in range(4)]
     wait_until(lambda: count_jobs(db, schema, "status = 'completed'") >= PARENTS // 4,
                timeout=60, what="a quarter of the parents to complete")
     victim = workers[0]

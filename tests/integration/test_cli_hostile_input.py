@@ -17,7 +17,6 @@ from tests.support.cli import Cli
 from tests.support.job_ids import odd_spellings
 
 Db = psycopg.Connection[Any]
-ROOT = Path(__file__).resolve().parents[2]
 
 NESTED = "[" * 10_000 + "]" * 10_000
 HUGE_INTEGER = "1" * 5_000
@@ -65,7 +64,7 @@ def test_a_hostile_file_line_is_a_usage_error_naming_the_line(
 
 def test_the_console_script_prints_no_traceback(pg_dsn: str, schema: str) -> None:
     # PYTHONPATH: this checkout's code, not whichever portqueue is installed.
-    env = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema, PYTHONPATH=str(ROOT))
+    env = cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema)
     for data in (NESTED, HUGE_INTEGER):
         done = subprocess.run([*cli_command(), "add", "hostile", data], env=env,
                               capture_output=True, text=True, timeout=60, check=False)

@@ -42,8 +42,7 @@ def stall_worker(pg_dsn: str, schema: str, log: Path) -> Iterator[subprocess.Pop
         worker = subprocess.Popen(
             [*cli_command(), "worker", "tests.metrics.stall_app:pq", "--no-scheduler",
              "--no-maintenance", "--poll-interval", "0.2"],
-            cwd=ROOT, env=cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema,
-                                  PYTHONPATH=str(ROOT)),
+            cwd=ROOT, env=cli_env(PORTQUEUE_DSN=pg_dsn, PORTQUEUE_SCHEMA=schema),
             stdout=output, stderr=subprocess.STDOUT)
         try:
             yield worker

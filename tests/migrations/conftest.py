@@ -49,9 +49,6 @@ def new_database(pg_server_dsn: str) -> Iterator[Callable[[str], str]]:
         _drop(pg_server_dsn, database)
 
 
-CHECKOUT = Path(__file__).resolve().parents[2]
-
-
 def cli_command() -> list[str]:
     """The ``portqueue`` console script of the running environment."""
     script = Path(sys.executable).parent / "portqueue"
@@ -68,7 +65,7 @@ def cli_env(**overrides: str) -> dict[str, str]:
         key: value for key, value in os.environ.items()
         if not key.startswith("PORTQUEUE_") and key != "PYTHONPATH"
     }
-    env["PYTHONPATH"] = str(CHECKOUT)
+    env["PYTHONPATH"] = str(ROOT)
     env.update(overrides)
     return env
 

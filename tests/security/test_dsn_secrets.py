@@ -159,7 +159,7 @@ def test_cli_worker_retrying_an_unreachable_server_prints_no_password(
     pg_dsn: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "worker.log"
-    env = cli_env(PORTQUEUE_DSN=with_password(pg_dsn), PYTHONPATH=str(ROOT))
+    env = cli_env(PORTQUEUE_DSN=with_password(pg_dsn))
     with log.open("w") as out:
         worker = subprocess.Popen(
             [*cli_command(), "worker", "tests.security.app:pq", "--dsn", unreachable(pg_dsn)],
