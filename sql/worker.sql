@@ -344,7 +344,10 @@ SELECT q.name FROM {schema}.queue AS q WHERE q.name = %(queue)s FOR NO KEY UPDAT
 
 -- name: claim_limited
 -- claim, for one queue with a limit, run after lock_limited_queue in the
--- same transaction. It claims at most what every limit allows:
+-- same transaction. Its clock is statement_timestamp(), not now() (the
+-- transaction's start, before the lock was waited for): a start is stamped
+-- after the completion that freed its slot, and the rate window counts the
+-- same instants. It claims at most what every limit allows:
 --   global_concurrency minus the queue's active jobs;
 --   per partition key, partition_concurrency minus the key's active jobs,
 --     taking each key's own ready jobs (a key at its limit holds up no
@@ -381,7 +384,7 @@ recent AS (
     SELECT s.partition_key, sum(s.starts) AS n, min(s.started_at) AS oldest
     FROM {schema}.queue_start AS s
     JOIN limits AS l ON l.rate_limit IS NOT NULL
-    WHERE s.queue = %(queue)s AND s.started_at > now() - make_interval(secs => l.period)
+    WHERE s.queue = %(queue)s AND s.started_at > statement_timestamp() - make_interval(secs => l.period)
     GROUP BY s.partition_key
 ),
 -- How many the whole claim may take: never NULL (LIMIT NULL is no limit).
@@ -415,12 +418,12 @@ keyed AS (
     CROSS JOIN limits AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
                j.preferred_instance_key_pattern AS pattern,
                %(lease_seconds)s::integer AS lease_seconds
         FROM {schema}.job AS j
         WHERE j.queue = %(queue)s AND j.status = 'pending'
-          AND j.partition_key = k.partition_key AND j.start_after <= now()
+          AND j.partition_key = k.partition_key AND j.start_after <= statement_timestamp()
           AND (j.preferred_instance_key_pattern IS NULL
                OR j.preferred_instance_key_pattern NOT IN (
                       SELECT unnest(%(refused_patterns)s::text[])))
@@ -441,11 +444,11 @@ keyed AS (
 -- docs/flow-control.md).
 unkeyed AS (
     SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-           (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+           (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
            j.preferred_instance_key_pattern AS pattern,
            %(lease_seconds)s::integer AS lease_seconds
     FROM {schema}.job AS j
-    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= now()
+    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= statement_timestamp()
       AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
       AND (j.preferred_instance_key_pattern IS NULL
            OR j.preferred_instance_key_pattern NOT IN (
@@ -473,7 +476,7 @@ claimed AS (
 -- finds them, under the same queue lock.
 recorded AS (
     INSERT INTO {schema}.queue_start (queue, partition_key, started_at, starts)
-    SELECT %(queue)s, CASE WHEN l.rate_per_key THEN c.partition_key ELSE '' END, now(),
+    SELECT %(queue)s, CASE WHEN l.rate_per_key THEN c.partition_key ELSE '' END, statement_timestamp(),
            count(*)
     FROM claimed AS c
     CROSS JOIN limits AS l
@@ -485,7 +488,7 @@ forgotten AS (
     DELETE FROM {schema}.queue_start AS s
     USING limits AS l
     WHERE s.queue = %(queue)s
-      AND (l.rate_limit IS NULL OR s.started_at <= now() - make_interval(secs => l.period))
+      AND (l.rate_limit IS NULL OR s.started_at <= statement_timestamp() - make_interval(secs => l.period))
 )
 SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_id,
        c.lease_token, c.timeout_seconds, c.retry_delay_seconds, c.backoff_strategy,
@@ -502,8 +505,8 @@ UNION ALL
 -- The earliest moment a start leaves the window: before it, no more can start.
 SELECT NULL, %(queue)s, 'rate_limited',
        greatest(0.0, extract(epoch FROM
-           coalesce((SELECT min(r.oldest) FROM recent AS r), now())
-           + make_interval(secs => l.period) - now()))::text,
+           coalesce((SELECT min(r.oldest) FROM recent AS r), statement_timestamp())
+           + make_interval(secs => l.period) - statement_timestamp()))::text,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
@@ -521,14 +524,15 @@ claimable AS (
 
 -- fragment: claim_set
 -- The SET of a claim's UPDATE, from its candidates (alias c: expired,
--- lease_seconds). Shared by claim and claim_limited.
+-- lease_seconds). Shared by claim and claim_limited; statement_timestamp()
+-- is now() for the plain claim, a statement of its own (see claim_limited).
 status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
         attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-        finished_at = CASE WHEN c.expired THEN now() END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
+        finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
         lease_token = coalesce(j.lease_token, 0) + 1,
         lease_expires_at = CASE WHEN c.expired THEN NULL
-                                ELSE now() + make_interval(secs => c.lease_seconds) END,
+                                ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
         worker_id = %(worker_id)s
 
 -- fragment: claimed_columns

@@ -84,11 +84,11 @@ claimed AS (
     UPDATE "portqueue".job AS j
     SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::"portqueue".job_status,
         attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-        finished_at = CASE WHEN c.expired THEN now() END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
+        finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
         lease_token = coalesce(j.lease_token, 0) + 1,
         lease_expires_at = CASE WHEN c.expired THEN NULL
-                                ELSE now() + make_interval(secs => c.lease_seconds) END,
+                                ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
         worker_id = %(worker_id)s
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
@@ -288,7 +288,7 @@ recent AS (
     SELECT s.partition_key, sum(s.starts) AS n, min(s.started_at) AS oldest
     FROM "portqueue".queue_start AS s
     JOIN limits AS l ON l.rate_limit IS NOT NULL
-    WHERE s.queue = %(queue)s AND s.started_at > now() - make_interval(secs => l.period)
+    WHERE s.queue = %(queue)s AND s.started_at > statement_timestamp() - make_interval(secs => l.period)
     GROUP BY s.partition_key
 ),
 budget AS (
@@ -319,12 +319,12 @@ keyed AS (
     CROSS JOIN limits AS l
     CROSS JOIN LATERAL (
         SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
                j.preferred_instance_key_pattern AS pattern,
                %(lease_seconds)s::integer AS lease_seconds
         FROM "portqueue".job AS j
         WHERE j.queue = %(queue)s AND j.status = 'pending'
-          AND j.partition_key = k.partition_key AND j.start_after <= now()
+          AND j.partition_key = k.partition_key AND j.start_after <= statement_timestamp()
           AND (j.preferred_instance_key_pattern IS NULL
                OR j.preferred_instance_key_pattern NOT IN (
                       SELECT unnest(%(refused_patterns)s::text[])))
@@ -341,11 +341,11 @@ keyed AS (
 ),
 unkeyed AS (
     SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-           (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+           (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
            j.preferred_instance_key_pattern AS pattern,
            %(lease_seconds)s::integer AS lease_seconds
     FROM "portqueue".job AS j
-    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= now()
+    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= statement_timestamp()
       AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
       AND (j.preferred_instance_key_pattern IS NULL
            OR j.preferred_instance_key_pattern NOT IN (
@@ -368,11 +368,11 @@ claimed AS (
     UPDATE "portqueue".job AS j
     SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::"portqueue".job_status,
         attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at ELSE now() END,
-        finished_at = CASE WHEN c.expired THEN now() END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
+        finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
         lease_token = coalesce(j.lease_token, 0) + 1,
         lease_expires_at = CASE WHEN c.expired THEN NULL
-                                ELSE now() + make_interval(secs => c.lease_seconds) END,
+                                ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
         worker_id = %(worker_id)s,
         limited = true
     FROM candidates AS c
@@ -393,7 +393,7 @@ claimed AS (
 ),
 recorded AS (
     INSERT INTO "portqueue".queue_start (queue, partition_key, started_at, starts)
-    SELECT %(queue)s, CASE WHEN l.rate_per_key THEN c.partition_key ELSE '' END, now(),
+    SELECT %(queue)s, CASE WHEN l.rate_per_key THEN c.partition_key ELSE '' END, statement_timestamp(),
            count(*)
     FROM claimed AS c
     CROSS JOIN limits AS l
@@ -405,7 +405,7 @@ forgotten AS (
     DELETE FROM "portqueue".queue_start AS s
     USING limits AS l
     WHERE s.queue = %(queue)s
-      AND (l.rate_limit IS NULL OR s.started_at <= now() - make_interval(secs => l.period))
+      AND (l.rate_limit IS NULL OR s.started_at <= statement_timestamp() - make_interval(secs => l.period))
 )
 SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_id,
        c.lease_token, c.timeout_seconds, c.retry_delay_seconds, c.backoff_strategy,
@@ -421,8 +421,8 @@ WHERE c.pattern IS NOT NULL
 UNION ALL
 SELECT NULL, %(queue)s, 'rate_limited',
        greatest(0.0, extract(epoch FROM
-           coalesce((SELECT min(r.oldest) FROM recent AS r), now())
-           + make_interval(secs => l.period) - now()))::text,
+           coalesce((SELECT min(r.oldest) FROM recent AS r), statement_timestamp())
+           + make_interval(secs => l.period) - statement_timestamp()))::text,
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
