@@ -1,7 +1,8 @@
 """Issue 24's history scenario: what a large finished history costs, in two layouts.
 
     python bench/history.py [--dsn DSN] [--rows 2000000] [--rounds 3]
-                            [--layouts single,partitioned] [--scenarios drain,prune]
+                            [--layouts single,partitioned,partitioned-pruned]
+                            [--scenarios drain,prune]
 
 Layouts:
 - ``single``: the job table as the migrations leave it;
@@ -17,7 +18,11 @@ Layouts:
   the root; the row triggers do not fire as they should on row movement (the
   design note says why), which no job in these scenarios depends on. The
   portqueue code and SQL are unchanged: this measures today's statements on
-  the partitioned layout.
+  the partitioned layout;
+- ``partitioned-pruned`` (drain only): the partitioned databases, with a
+  worker whose claim and completion statements are rewritten in memory to
+  name the live partition's status (``prune_statements``), as the design's
+  statements must, so the planner keeps their UPDATEs on ``job_live``.
 
 Scenarios, each in databases of its own on the server ``--dsn`` names (use a
 private cluster: databases ``bench_history_*`` are dropped and created):
@@ -60,10 +65,15 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+
+# The producer's pacing and the percentiles are prune_under_load's (this
+# directory is first on sys.path when a bench script runs).
+from prune_under_load import add_for, percentiles
 from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.maintenance import run_pass
+from portqueue.queries import load_blocks
 
 RESULTS = Path(__file__).resolve().parent / "results"
 DRAIN = "drain"
@@ -151,8 +161,12 @@ def drop_indexes(conn: psycopg.Connection[Any]) -> list[str]:
 
 
 def prepare(dsn: str, database: str, layout: str, loads: list[dict[str, Any]],
-            days: int) -> str:
+            days: int, reuse: bool = False) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
+        if reuse and conn.execute("SELECT FROM pg_database WHERE datname = %s",
+                                  (database,)).fetchone():
+            print(f"{database}: reused as it is", flush=True)
+            return database_dsn(dsn, database)
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
             sql.Identifier(database)))
         conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
@@ -181,7 +195,28 @@ def prepare(dsn: str, database: str, layout: str, loads: list[dict[str, Any]],
     return bench
 
 
-def run_worker(dsn: str, queue: str, concurrency: int) -> None:
+def prune_statements() -> None:
+    """Make the claim and the completion name the live partition's statuses.
+
+    As written, the claim joins back to job by id alone and the completion
+    compares status as text (to keep a partial index out), so on the
+    partitioned table their UPDATEs are planned over every partition. The
+    design's statements name the status, so the planner keeps job_live only:
+    this rewrites the two loaded statements so (before any client renders
+    them) to measure that."""
+    blocks = load_blocks()["name"]
+    for name, old, new in (
+            ("claim", "WHERE j.id = c.id AND j.id = ANY",
+             "WHERE j.status = 'pending' AND j.id = c.id AND j.id = ANY"),
+            ("complete_jobs", "j.status::text = 'active'", "j.status = 'active'")):
+        if old not in blocks[name]:
+            raise RuntimeError(f"{name} no longer reads {old!r}: update bench/history.py")
+        blocks[name] = blocks[name].replace(old, new)
+
+
+def run_worker(dsn: str, queue: str, concurrency: int, pruned: bool) -> None:
+    if pruned:
+        prune_statements()
     stop = threading.Event()
     import signal
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -208,14 +243,8 @@ def statement_means(conn: psycopg.Connection[Any]) -> dict[str, float]:
     return out
 
 
-def percentiles(values: list[float]) -> dict[str, float]:
-    ordered = sorted(values)
-    cuts = statistics.quantiles(ordered, n=100, method="inclusive")
-    return {"n": len(ordered), "p50": cuts[49], "p95": cuts[94], "p99": cuts[98],
-            "max": ordered[-1]}
-
-
-def drain_round(bench: str, jobs: int, concurrency: int, adds: int) -> dict[str, Any]:
+def drain_round(bench: str, jobs: int, concurrency: int, adds: int,
+                pruned: bool) -> dict[str, Any]:
     with PortQueue(bench) as pq:
         for start in range(0, jobs, 1000):
             pq.add_jobs(queue=DRAIN, jobs=[{"data": {"n": n}}
@@ -225,7 +254,8 @@ def drain_round(bench: str, jobs: int, concurrency: int, adds: int) -> dict[str,
         conn.execute("SELECT pg_stat_statements_reset()")
         worker = subprocess.Popen(
             [sys.executable, __file__, "--dsn", bench, "--role", "worker",
-             "--concurrency", str(concurrency)], stdout=subprocess.PIPE, text=True)
+             "--concurrency", str(concurrency), *(["--pruned"] if pruned else [])],
+            stdout=subprocess.PIPE, text=True)
         try:
             assert worker.stdout is not None and worker.stdout.readline().strip() == "ready"
             deadline = time.monotonic() + 600
@@ -307,21 +337,6 @@ def run_prune(dsn: str, layout: str) -> None:
                       "drop_retries": retries}), flush=True)
 
 
-def add_for(pq: PortQueue, phase: str, seconds: float | None, rate: float,
-            until: subprocess.Popen[str] | None, adds: list[dict[str, Any]]) -> None:
-    period = 1.0 / rate
-    begin = time.monotonic()
-    tick = begin
-    while (seconds is not None and time.monotonic() - begin < seconds) or (
-            until is not None and until.poll() is None):
-        started = time.perf_counter()
-        job_id = pq.add_job(queue=LIVE, data={"phase": phase}).job_id
-        adds.append({"id": job_id, "phase": phase,
-                     "add_ms": (time.perf_counter() - started) * 1000})
-        tick += period
-        time.sleep(max(0.0, tick - time.monotonic()))
-
-
 def prune_scenario(dsn: str, layout: str, rows: int, kept: int, rate: float,
                    settle: float) -> dict[str, Any]:
     now = datetime.now(timezone.utc)
@@ -387,14 +402,18 @@ def main() -> None:
     parser.add_argument("--prune-rows", type=int, default=1_000_000)
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--settle", type=float, default=60.0)
-    parser.add_argument("--layouts", default="single,partitioned")
+    parser.add_argument("--layouts", default="single,partitioned,partitioned-pruned",
+                        help="prune runs single and partitioned only")
     parser.add_argument("--scenarios", default="drain,prune")
     parser.add_argument("--role", choices=["measure", "worker", "prune"], default="measure")
     parser.add_argument("--layout", default="single")
     parser.add_argument("--queue", default=DRAIN)
+    parser.add_argument("--pruned", action="store_true")
+    parser.add_argument("--reuse", action="store_true",
+                        help="drain: keep a database of a previous run (same --rows)")
     args = parser.parse_args()
     if args.role == "worker":
-        return run_worker(args.dsn, args.queue, args.concurrency)
+        return run_worker(args.dsn, args.queue, args.concurrency, args.pruned)
     if args.role == "prune":
         return run_prune(args.dsn, args.layout)
     layouts = args.layouts.split(",")
@@ -403,17 +422,22 @@ def main() -> None:
     if "drain" in scenarios:
         now = datetime.now(timezone.utc)
         spread = f"{args.days} days"
+        # partitioned-pruned runs on the partitioned databases (see prune_statements).
+        built = sorted({layout.removesuffix("-pruned") for layout in layouts})
         benches = {(layout, size): prepare(
             args.dsn, f"bench_history_{layout}_{'full' if size else 'empty'}", layout,
-            [{"rows": size, "newest": now, "spread": spread}] if size else [], args.days)
-            for layout in layouts for size in (0, args.rows)}
-        keys = list(benches)
+            [{"rows": size, "newest": now, "spread": spread}] if size else [], args.days,
+            args.reuse)
+            for layout in built for size in (0, args.rows)}
+        keys = [(layout, size) for layout in layouts for size in (0, args.rows)]
         for round_ in range(args.rounds):
             for key in keys[round_ % len(keys):] + keys[:round_ % len(keys)]:
-                figures = drain_round(benches[key], args.jobs, args.concurrency, args.adds)
+                figures = drain_round(benches[key[0].removesuffix("-pruned"), key[1]],
+                                      args.jobs, args.concurrency, args.adds,
+                                      key[0].endswith("-pruned"))
                 result["drain"].append({"layout": key[0], "rows": key[1], "round": round_,
                                         **figures})
-                print(f"round {round_} {key[0]:<12} {key[1]:>10,} rows: "
+                print(f"round {round_} {key[0]:<18} {key[1]:>10,} rows: "
                       f"{figures['rate']:>8,.0f} jobs/s, claim {figures['claim_ms']:.2f} ms"
                       f" ({figures['claim_calls']:.0f} calls,"
                       f" {figures['claim_rows']:.0f} rows each),"
@@ -423,13 +447,13 @@ def main() -> None:
         for layout in layouts:
             for size in (0, args.rows):
                 mine = [r for r in result["drain"] if r["layout"] == layout and r["rows"] == size]
-                print(f"median {layout:<12} {size:>10,} rows: "
+                print(f"median {layout:<18} {size:>10,} rows: "
                       f"{statistics.median(r['rate'] for r in mine):>8,.0f} jobs/s, claim "
                       f"{statistics.median(r['claim_ms'] for r in mine):.2f} ms, complete "
                       f"{statistics.median(r['complete_ms'] for r in mine):.2f} ms, add p50 "
                       f"{statistics.median(r['add_ms']['p50'] for r in mine):.2f} ms")
     if "prune" in scenarios:
-        for layout in layouts:
+        for layout in [layout for layout in layouts if not layout.endswith("-pruned")]:
             figures = prune_scenario(args.dsn, layout, args.prune_rows, args.rows // 5,
                                      args.rate, args.settle)
             result["prune"][layout] = figures
