@@ -163,7 +163,7 @@ def drop_indexes(conn: psycopg.Connection[Any]) -> list[str]:
 def prepare(dsn: str, database: str, layout: str, loads: list[dict[str, Any]],
             days: int, reuse: bool = False) -> str:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        if reuse and conn.execute("SELECT FROM pg_database WHERE datname = %s",
+        if reuse and conn.execute("SELECT 1 FROM pg_database WHERE datname = %s",
                                   (database,)).fetchone():
             print(f"{database}: reused as it is", flush=True)
             return database_dsn(dsn, database)
