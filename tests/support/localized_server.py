@@ -18,9 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
-from tests.support.ports import free_port
+from tests.support.ports import free_port, postgres_answers
 from tests.support.waiting import wait_until
 
 BIN = Path(os.environ.get("PORTQUEUE_TEST_PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -79,12 +77,7 @@ class GermanServer:
         wait_until(self.answers, 20, "the German server to accept connections", interval=0.05)
 
     def answers(self) -> bool:
-        try:
-            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.OperationalError:
-            return False
+        return postgres_answers(self.dsn)
 
     def close(self) -> None:
         with contextlib.suppress(subprocess.SubprocessError, OSError):
