@@ -22,6 +22,7 @@ import argparse
 import json
 import statistics
 import time
+import uuid
 from pathlib import Path
 
 import psycopg
@@ -66,7 +67,7 @@ def main() -> None:
             for name in names[round_ % len(names):] + names[:round_ % len(names)]:
                 query = ops.claim(q, slots={QUEUE: 10}, lease_seconds={QUEUE: 60},
                                   matching_patterns=[], refused_patterns=SIZES[name],
-                                  worker_id="bench")
+                                  worker_id=str(uuid.uuid4()))
                 on_cpu = int(schedstat.read_text().split()[0])
                 began = time.perf_counter()
                 rows = conn.execute(query.sql.encode(),  # type: ignore[call-overload]
