@@ -61,20 +61,32 @@ def schema_missing(error: BaseException) -> bool:
     return sqlstate(error) in NOT_MIGRATED_SQLSTATES
 
 
-# What a refused connection says: libpq reports a failed connect without its
-# SQLSTATE, so the server's message is matched (53300 too_many_connections,
-# for superusers and for the reserved slots; 57P03 cannot_connect_now). The
-# server's messages are in English unless lc_messages says otherwise.
+# What a refused connection says. psycopg gives no SQLSTATE for a connection
+# the server refused at start-up (libpq keeps the server's error fields to
+# itself and hands over the formatted message only), so the SQLSTATEs below
+# match only where a code does come through (a refusal wrapped by another
+# driver, a proxy that forwards it after connecting). The server's messages
+# are in the language of its lc_messages: the English ones are matched as a
+# last resort, and a caller that reached the server with the same DSN before
+# says so (``reached``): a refusal then is not a wrong DSN, whatever its
+# language.
+SERVER_FULL_SQLSTATES = ("53300", "57P03")  # too_many_connections, cannot_connect_now
 SERVER_FULL_MESSAGES = ("too many clients already", "remaining connection slots are reserved",
                         "the database system is starting up",
                         "the database system is in recovery mode",
                         "the database system is not yet accepting connections")
 
 
-def server_full(error: BaseException) -> bool:
+def server_full(error: BaseException, *, reached: bool = False) -> bool:
     """True when the server refused a new connection for want of a free slot
-    (or for starting up): worth waiting for, unlike a wrong DSN."""
-    if sqlstate(error) in ("53300", "57P03"):
+    (or for starting up): worth waiting for, unlike a wrong DSN. ``reached``:
+    the same DSN connected before, so a refused connect (an
+    ``OperationalError`` without SQLSTATE) counts too."""
+    code = sqlstate(error)
+    if code in SERVER_FULL_SQLSTATES:
+        return True
+    if reached and code is None and isinstance(error, psycopg.OperationalError) \
+            and not isinstance(error, PoolTimeout):
         return True
     message = str(error)
     return any(text in message for text in SERVER_FULL_MESSAGES)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-from portqueue import validation
+from portqueue import parsing, validation
 from portqueue.cron import next_match
 from portqueue.driver import UNIQUE_VIOLATION, Operation, Rows, sqlstate
 from portqueue.errors import (
@@ -74,12 +74,12 @@ def _optional_id(value: Any) -> str | None:
     return None if value is None else _id(value)
 
 
-def _json(value: Any) -> Any:
+def _json(value: Any, column: str) -> Any:
     # The read queries select JSON columns as text (psycopg would decode jsonb,
     # Django's backend would not), so text is always undecoded JSON here and a
     # JSON string payload such as "[1]" is never taken for a list.
     if isinstance(value, (str, bytes, bytearray)):
-        return json.loads(value, parse_int=_stored_integer)
+        return parsing.stored_json(column, value, parse_int=_stored_integer)
     return value
 
 
@@ -148,7 +148,7 @@ def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
         job_id=_id(row["id"]),
         queue=row["queue"],
         status=JobStatus(row["status"]),
-        data=_json(row["data"]),
+        data=_json(row["data"], "data"),
         priority=row["priority"],
         attempt=row["attempt"],
         max_attempts=row["max_attempts"],
@@ -163,10 +163,10 @@ def job_snapshot(row: dict[str, Any]) -> JobSnapshot:
         finished_at=_optional_utc(row["finished_at"]),
         expire_at=_optional_utc(row["expire_at"]),
         retention_ttl_seconds=row["retention_ttl_seconds"],
-        output=_json(row["output"]),
-        errors=_json(row["errors"]),
+        output=_json(row["output"], "output"),
+        errors=_json(row["errors"], "errors"),
         progress=row["progress"],
-        attrs=_json(row["attrs"]),
+        attrs=_json(row["attrs"], "attrs"),
         cancel_requested=row["cancel_requested_at"] is not None,
         source_job_id=_optional_id(row["source_job_id"]),
         retry=retry,
@@ -217,7 +217,7 @@ def schedule_info(row: dict[str, Any]) -> ScheduleInfo:
         last_run_at=_optional_utc(row["last_run_at"]),
         last_job_id=_optional_id(row["last_job_id"]),
         enabled=row["enabled"],
-        data=_json(row["data"]),
+        data=_json(row["data"], "data"),
         idempotency_key=row["idempotency_key"],
         created_at=_utc(row["created_at"]),
         misfire_grace_seconds=row["misfire_grace_seconds"],
@@ -851,7 +851,7 @@ def get_jobs(
 
 def get_queue_stats(q: Queries, queue: str) -> Operation[QueueStats]:
     (row,) = yield q("queue_stats", queue=queue)
-    found = _json(row["counts"])
+    found = _json(row["counts"], "counts")
     return QueueStats(
         queue=queue,
         counts={status: int(found.get(status.value, 0)) for status in JobStatus},

@@ -64,6 +64,23 @@ def json_value(argument: str, text: str) -> Any:
         raise InvalidArgument(argument, "is nested too deeply") from None
 
 
+def stored_json(column: str, text: str | bytes | bytearray,
+                parse_int: Any = None) -> Any:
+    """A JSON column's text as stored, decoded. The client writes nothing
+    deeper than ``MAX_PAYLOAD_DEPTH``, but a row written by SQL may hold what
+    PostgreSQL accepts (10,000 levels and more) and Python's decoder cannot
+    follow (a little under its recursion limit): a ``ValueError`` naming the
+    column, instead of a ``RecursionError`` from wherever the row was read."""
+    try:
+        return json.loads(text, parse_int=parse_int)
+    except RecursionError:
+        pass
+    depth = _nesting(text if isinstance(text, str) else bytes(text).decode())
+    raise InvalidArgument(
+        column, f"is nested {depth} arrays/objects deep, too deep for Python to decode "
+        f"(the client writes at most {MAX_PAYLOAD_DEPTH}; this was written by SQL)")
+
+
 def _nesting(text: str) -> int:
     """How deep ``text``'s arrays and objects go (exact for valid JSON)."""
     if "[" not in text and "{" not in text:

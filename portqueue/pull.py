@@ -12,13 +12,12 @@ and a lapsed lease is rescued like any other.
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from portqueue import validation
+from portqueue import parsing, validation
 from portqueue import worker_operations as ops
 from portqueue.control import Cancel, Snooze
 from portqueue.driver import Operation, sqlstate
@@ -118,11 +117,28 @@ def fetch(settings: Settings, verdicts: ClientVerdicts, consumer_id: str, queue:
             break  # the queue has no more ready jobs
     if not claimed:
         return []
+    data: dict[str, Any] = {}
+    unreadable: list[str] = []
+    for row in claimed:
+        try:
+            data[row["id"]] = parsing.stored_json("data", row["data_json"])
+        except ValueError as exc:
+            # Written by SQL too deep to decode: failed here, in the same
+            # transaction, so the others are still handed out and this one
+            # does not come back at every lapse of its lease.
+            unreadable.append(ops.failure_entry(
+                row["id"], row["lease_token"], status="failed", retry=False,
+                delay_seconds=0.0, error=error_record(exc, row["attempt"])))
+    if unreadable:
+        yield ops.fail_jobs(q, unreadable)
+        claimed = [row for row in claimed if row["id"] in data]
+        if not claimed:
+            return []
     leases = [ops.Lease(row["id"], row["lease_token"]) for row in claimed]
     leased = {row["id"]: row for row in (yield ops.leased_jobs(q, leases))}
     claimed.sort(key=lambda row: _claim_order(leased[row["id"]]))
     return [FetchedJob(
-        job_id=row["id"], queue=row["queue"], data=json.loads(row["data_json"]),
+        job_id=row["id"], queue=row["queue"], data=data[row["id"]],
         attempt=row["attempt"], max_attempts=row["max_attempts"],
         lease_token=row["lease_token"],
         lease_expires_at=leased[row["id"]]["lease_expires_at"].astimezone(timezone.utc),

@@ -119,7 +119,9 @@ async def job(request: Request) -> Response:
     refresh = refresh_of(request)
     try:
         snapshot = await client.get_job(job_id=request.path_params["job_id"])
-    except InvalidArgument:
+    except InvalidArgument as exc:
+        if exc.argument != "job_id":
+            raise  # the row itself is unreadable (a column written by SQL): a 400 says why
         snapshot = None  # not a job id: no such job
     if snapshot is None:
         raise HTTPException(404, "No such job: it never existed or has been removed.")

@@ -135,6 +135,9 @@ class Connections:
         self.claims = Session(self, "fetcher")
         # The LISTEN session admission opened, for the listener to take.
         self.first_listener: psycopg.AsyncConnection[Any] | None = None
+        # Whether a connection of this worker's ever succeeded: a refusal after
+        # that is the server's lack of room, not a wrong DSN (server_full).
+        self.reached = False
 
     def _new_pool(self) -> AsyncConnectionPool[Any]:
         # Handlers never use it, so none of its users can be starved by them.
@@ -176,7 +179,7 @@ class Connections:
                 await self._close_admitted()
                 failures += 1
                 delay = min(0.5 * 2 ** failures, ADMISSION_MAX_SECONDS)
-                if server_full(exc) or isinstance(exc, PoolTimeout):
+                if server_full(exc, reached=self.reached) or isinstance(exc, PoolTimeout):
                     if waited_since is None:
                         waited_since = loop.time()
                         log.warning(
@@ -303,6 +306,7 @@ class Connections:
                 await (await connecting).close()
             raise
         self._open[conn] = role
+        self.reached = True
         return conn
 
     async def discard(self, conn: psycopg.AsyncConnection[Any] | None) -> None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from portqueue import validation
+from portqueue import parsing, validation
 from portqueue.errors import InvalidArgument, PortQueueError
 from portqueue.worker.signal import AsyncSignal, SignalState, ThreadSignal
 
@@ -73,13 +73,16 @@ class _JobFields:
     def __init__(self, claimed: Claimed, report: JobReport) -> None:
         self.id = claimed.id
         self.queue = claimed.queue
-        self.data = json.loads(claimed.data_json)
+        # Decoded here, in the runner's try: a row written by SQL too deep to
+        # decode fails its job (outcomes.unreadable), not the runner.
+        self.data = parsing.stored_json("data", claimed.data_json)
         self.attempt = claimed.attempt
         self.max_attempts = claimed.max_attempts
         self.group_id = claimed.group_id
         # Each dependency's output, by its key in the flow, else its job id.
         self.parent_outputs: dict[str, Any] = (
-            {} if claimed.parent_outputs_json is None else json.loads(claimed.parent_outputs_json))
+            {} if claimed.parent_outputs_json is None
+            else parsing.stored_json("parent_outputs", claimed.parent_outputs_json))
         self._report = report
 
     def set_progress(self, value: float) -> None:

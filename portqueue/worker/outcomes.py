@@ -128,6 +128,14 @@ def completion(running: Running, result: Any, max_output_bytes: int) -> Outcome:
     return Completion(running, "cancelled" if cancelled else "completed", output)
 
 
+def unreadable(running: Running, exc: BaseException) -> Failure:
+    """The outcome of a job whose row could not be made into a ``Job`` (its
+    data nested too deep to decode, written by SQL): failed, never retried,
+    since every attempt would read the same row; the handler never ran."""
+    return Failure(running=running, status="failed", retry=False, delay_seconds=0.0,
+                   error=error_record(exc, running.claimed.attempt))
+
+
 def raised(running: Running, exc: BaseException) -> Failure | Snoozed:
     """The outcome of a handler that raised: a snooze, unless its cancel was
     requested meanwhile (the cancel wins), else a failure."""

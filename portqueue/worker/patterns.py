@@ -42,9 +42,18 @@ JUDGE_DEADLINE_MS = 2 * PATTERN_DEADLINE_MS
 # Patterns judged between two claims: bounds the fetcher's pause (each takes
 # at most the deadline) when a backlog names many new ones at once.
 MAX_JUDGED_PER_CLAIM = 4
-# Verdicts kept: both lists go with every claim. The least recently judged is
-# forgotten first, and judged again if a claim meets it again.
-MAX_VERDICTS = 1_000
+# Verdicts kept: both lists go with every claim, so they are bounded twice, by
+# count (the worker's memory, the claim's hash of them) and by the bytes of
+# pattern text (what every claim sends). The least recently judged is
+# forgotten first, and judged again if a claim meets it again. A forgotten
+# pattern's rows take claim slots again (as unjudged rows) until it is judged
+# again, and more distinct unmatched patterns ahead of a job than are kept
+# would take them at every claim: the bounds are set far above any real mix
+# of patterns, for what one worker's memory and one claim's parameters afford
+# (the byte bound is the old worst case, 1,000 patterns of the 256 characters
+# producers allow).
+MAX_VERDICTS = 20_000
+MAX_VERDICT_BYTES = 256 * 1_024
 # A pattern over the deadline may only have met a busy server: judged again
 # after this long, where an invalid one is never.
 REJUDGE_TIMED_OUT_SECONDS = 300.0
@@ -58,8 +67,12 @@ class PatternVerdicts:
     def __init__(self, instance_key: str | None) -> None:
         self.instance_key = instance_key
         self._verdicts: OrderedDict[str, bool] = OrderedDict()
+        self._bytes = 0  # the UTF-8 bytes of the patterns in _verdicts
         self._rejudge_at: dict[str, float] = {}
         self._params: dict[str, list[str]] = {"matching_patterns": [], "refused_patterns": []}
+        # The lists are rebuilt once per claim that follows a change, not once
+        # per verdict: with many verdicts a rebuild is the costly part.
+        self._stale = False
 
     def claim_params(self) -> dict[str, list[str]]:
         """The claim's ``matching_patterns`` and ``refused_patterns``."""
@@ -67,6 +80,12 @@ class PatternVerdicts:
             now = time.monotonic()
             for pattern in [p for p, at in self._rejudge_at.items() if at <= now]:
                 self._forget(pattern)
+        if self._stale:
+            self._stale = False
+            self._params = {
+                "matching_patterns": [p for p, matches in self._verdicts.items() if matches],
+                "refused_patterns": [p for p, matches in self._verdicts.items() if not matches],
+            }
         return self._params
 
     async def judge_unjudged(
@@ -133,18 +152,22 @@ class PatternVerdicts:
         self._rebuild()
 
     def _remember(self, pattern: str, matches: bool) -> None:
+        if pattern not in self._verdicts:
+            self._bytes += len(pattern.encode("utf-8", "surrogatepass"))
         self._verdicts[pattern] = matches
-        while len(self._verdicts) > MAX_VERDICTS:
+        # A single pattern over the byte bound (written by SQL) is still kept,
+        # alone: it is judged once, not at every claim that meets it.
+        while len(self._verdicts) > MAX_VERDICTS or (
+                self._bytes > MAX_VERDICT_BYTES and len(self._verdicts) > 1):
             oldest = next(iter(self._verdicts))
             self._forget(oldest)
+        self._stale = True
 
     def _forget(self, pattern: str) -> None:
-        self._verdicts.pop(pattern, None)
+        if self._verdicts.pop(pattern, None) is not None:
+            self._bytes -= len(pattern.encode("utf-8", "surrogatepass"))
         self._rejudge_at.pop(pattern, None)
-        self._rebuild()
+        self._stale = True
 
     def _rebuild(self) -> None:
-        self._params = {
-            "matching_patterns": [p for p, matches in self._verdicts.items() if matches],
-            "refused_patterns": [p for p, matches in self._verdicts.items() if not matches],
-        }
+        self._stale = True

