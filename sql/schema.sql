@@ -228,6 +228,24 @@ CREATE INDEX worker_last_seen_idx ON portqueue.worker USING btree (last_seen_at)
 
 -- Functions
 
+CREATE OR REPLACE FUNCTION portqueue.note_dependency_settled()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+DECLARE
+    noted text := coalesce(current_setting('portqueue.noted', true), '');
+BEGIN
+    IF current_setting('portqueue.settling', true) = (pg_trigger_depth() - 1)::text THEN
+        -- A statement of settle_dependents_of, which settles what it ends.
+        RETURN NULL;
+    END IF;
+    IF strpos(noted, ',' || pg_trigger_depth() || ',') = 0 THEN
+        PERFORM set_config('portqueue.noted', noted || ',' || pg_trigger_depth() || ',', true);
+    END IF;
+    RETURN NULL;
+END
+$function$;
+
 CREATE OR REPLACE FUNCTION portqueue.notify_job_finished()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -263,116 +281,169 @@ $function$;
 CREATE OR REPLACE FUNCTION portqueue.settle_dependents()
  RETURNS trigger
  LANGUAGE plpgsql
- SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    parent uuid;
-    state text;
+    noted text := coalesce(current_setting('portqueue.noted', true), '');
+    ids uuid[];
+    states text[];
+    shared uuid[];
+    rearmed uuid[];
 BEGIN
+    IF strpos(noted, ',' || pg_trigger_depth() || ',') = 0 THEN
+        RETURN NULL;
+    END IF;
+    PERFORM set_config('portqueue.noted', replace(noted, ',' || pg_trigger_depth() || ',', ''),
+                       true);
     IF TG_OP = 'DELETE' THEN
-        parent := OLD.id;
-        state := 'removed';
+        SELECT array_agg(r.id), array_agg('removed'::text),
+               array_agg(r.id) FILTER (WHERE r.has_shared_dependents)
+        INTO ids, states, shared
+        FROM written AS r
+        WHERE r.has_dependents;
     ELSE
-        parent := NEW.id;
-        state := NEW.status::text;
+        SELECT array_agg(r.id) FILTER (WHERE r.status::text NOT IN ('pending', 'active', 'waiting')),
+               array_agg(r.status::text) FILTER (
+                   WHERE r.status::text NOT IN ('pending', 'active', 'waiting')),
+               array_agg(r.id) FILTER (
+                   WHERE r.status::text NOT IN ('pending', 'active', 'waiting')
+                     AND r.has_shared_dependents),
+               -- back to pending or waiting: if it had failed, retried
+               array_agg(r.id) FILTER (WHERE r.status::text IN ('pending', 'waiting'))
+        INTO ids, states, shared, rearmed
+        FROM written AS r
+        WHERE r.has_dependents;
     END IF;
-    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
-       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
-        -- A retried dependency: the dependents it cancelled wait for it
-        -- again, unless another of their dependencies failed too. Their own
-        -- dependents follow, by this trigger on each of them.
-        PERFORM FROM "portqueue".job AS c
-        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
-          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
-          AND c.errors -> -1 ->> 'dependency_id' = parent::text
-        ORDER BY c.id
-        FOR UPDATE OF c;
-        UPDATE "portqueue".job AS c
-        SET status = 'waiting', finished_at = NULL
-        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
-          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
-          AND c.errors -> -1 ->> 'dependency_id' = parent::text
-          AND NOT EXISTS (
-              SELECT FROM unnest(c.depends_on) AS dep (id)
-              LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-              WHERE dep.id <> parent
-                AND coalesce(p.status::text, 'removed')
-                    IN ('failed', 'cancelled', 'expired', 'removed'));
-        RETURN NULL;
+    IF ids IS NOT NULL OR rearmed IS NOT NULL THEN
+        PERFORM "portqueue".settle_dependents_of(ids, states, shared, rearmed);
     END IF;
-    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
-        RETURN NULL;
-    END IF;
-    -- Dependents waiting for this job alone: its outcome settles them, and no
-    -- other dependency's transaction can race for them. One statement.
-    -- Released, a dependent becomes pending, its own delay counting from now;
-    -- else it ends cancelled with a DependencyFailed entry naming this job.
-    -- (Both settling statements write the same columns; a migration is
-    -- frozen, so each is written out whole.)
-    UPDATE "portqueue".job AS c
-    SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
-        start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION portqueue.settle_dependents_of(ids uuid[], states text[], shared uuid[], rearmed uuid[])
+ RETURNS void
+ LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
+ SET enable_seqscan TO 'off'
+AS $function$
+DECLARE
+    outer_depth text := current_setting('portqueue.settling', true);
+    next_ids uuid[];
+    next_shared uuid[];
+    next_rearmed uuid[];
+    more_ids uuid[];
+    more_shared uuid[];
+BEGIN
+    PERFORM set_config('portqueue.settling', pg_trigger_depth()::text, true);
+    WHILE ids IS NOT NULL OR rearmed IS NOT NULL LOOP
+        next_ids := NULL;
+        next_shared := NULL;
+        next_rearmed := NULL;
+        IF rearmed IS NOT NULL THEN
+            -- The dependents these cancelled wait for them again, unless
+            -- another of their dependencies failed too; their own cancelled
+            -- dependents follow in the next round.
+            PERFORM FROM "portqueue".job AS c
+            WHERE c.depends_on && rearmed AND c.status = 'cancelled'
+              AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+              AND c.errors -> -1 ->> 'dependency_id' = ANY(rearmed::text[])
+            ORDER BY c.id
+            FOR UPDATE OF c;
+            WITH rearming AS (
+                UPDATE "portqueue".job AS c
+                SET status = 'waiting', finished_at = NULL
+                WHERE c.depends_on && rearmed AND c.status = 'cancelled'
+                  AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+                  AND c.errors -> -1 ->> 'dependency_id' = ANY(rearmed::text[])
+                  AND NOT EXISTS (
+                      SELECT FROM unnest(c.depends_on) AS dep (id)
+                      LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+                      WHERE dep.id::text <> c.errors -> -1 ->> 'dependency_id'
+                        AND coalesce(p.status::text, 'removed')
+                            IN ('failed', 'cancelled', 'expired', 'removed'))
+                RETURNING c.id, c.has_dependents
+            )
+            SELECT array_agg(r.id) FILTER (WHERE r.has_dependents) INTO next_rearmed
+            FROM rearming AS r;
+        END IF;
+        IF ids IS NOT NULL THEN
+            -- Dependents waiting for one of these alone: its outcome settles
+            -- them, and no other dependency's transaction can race for them.
+            -- Released, a dependent becomes pending, its own delay counting
+            -- from now; else it ends cancelled with a DependencyFailed entry
+            -- naming the dependency, and settles its own in the next round.
+            WITH settled AS (
+                UPDATE "portqueue".job AS c
+                
+    SET status = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
                            ELSE c.start_after END,
-        expire_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+        expire_at = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
                          THEN now() + (c.start_after - c.created_at)
                               + make_interval(secs => c.expire_in_seconds)
                          ELSE c.expire_at END,
-        finished_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
-        errors = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+        finished_at = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
                       ELSE c.errors || jsonb_build_array(jsonb_build_object(
-                          'type', 'DependencyFailed', 'message', ('dependency ' || parent || ' ended ' || state),
-                          'dependency_id', parent::text, 'attempt', c.attempt,
+                          'type', 'DependencyFailed', 'message', ('dependency ' || p.id || ' ended ' || p.state),
+                          'dependency_id', p.id::text, 'attempt', c.attempt,
                           'at', now())) END,
-        error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
-    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
-    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
-                 ELSE NEW.has_shared_dependents END) THEN
-        RETURN NULL;
-    END IF;
-    -- Dependents of several jobs: lock them first, then read their
-    -- dependencies in a statement of its own, whose snapshot includes every
-    -- transaction that held one of these locks before.
-    PERFORM FROM "portqueue".job AS c
-    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
-      AND c.status = 'waiting'
-    ORDER BY c.id
-    FOR UPDATE OF c;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    WITH deps AS (
-        SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
-               dep.id AS dep_id, dep.ord,
-               coalesce(p.status::text, 'removed') AS state
-        FROM "portqueue".job AS c
-        CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
-        LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
-          AND c.status = 'waiting'
-    ),
-    verdicts AS (
-        SELECT d.id, bool_or(d.runs) AS runs,
-               bool_and(d.state = 'completed') AS all_completed,
-               bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired', 'removed'))
-                   AS all_finished,
-               (array_agg(d.dep_id ORDER BY d.ord) FILTER (
-                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-                   AS failed_id,
-               (array_agg(d.state ORDER BY d.ord) FILTER (
-                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-                   AS failed_state
-        FROM deps AS d
-        GROUP BY d.id
-    ),
-    settled AS (
-        SELECT v.id, v.failed_id,
-               v.all_completed OR (v.runs AND v.all_finished) AS released,
-               'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
-        FROM verdicts AS v
-        WHERE v.all_completed OR (v.runs AND v.all_finished)
-           OR (NOT v.runs AND v.failed_id IS NOT NULL)
-    )
-    UPDATE "portqueue".job AS c
+        error = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || p.id || ' ended ' || p.state) END
+                FROM unnest(ids, states) AS p (id, state)
+                WHERE c.depends_on = ARRAY[p.id] AND c.status = 'waiting'
+                RETURNING c.id, c.status, c.has_dependents, c.has_shared_dependents
+            )
+            SELECT array_agg(s.id) FILTER (WHERE s.status::text = 'cancelled' AND s.has_dependents),
+                   array_agg(s.id) FILTER (
+                       WHERE s.status::text = 'cancelled' AND s.has_shared_dependents)
+            INTO next_ids, next_shared
+            FROM settled AS s;
+        END IF;
+        IF shared IS NOT NULL THEN
+            -- Dependents of several jobs: lock them first, then read their
+            -- dependencies in a statement of its own, whose snapshot includes
+            -- every transaction that held one of these locks before.
+            PERFORM FROM "portqueue".job AS c
+            WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+              AND c.status = 'waiting'
+            ORDER BY c.id
+            FOR UPDATE OF c;
+            IF FOUND THEN
+                WITH deps AS (
+                    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+                           dep.id AS dep_id, dep.ord,
+                           coalesce(p.status::text, 'removed') AS state
+                    FROM "portqueue".job AS c
+                    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+                    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+                    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+                      AND c.status = 'waiting'
+                ),
+                verdicts AS (
+                    SELECT d.id, bool_or(d.runs) AS runs,
+                           bool_and(d.state = 'completed') AS all_completed,
+                           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                                'removed')) AS all_finished,
+                           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+                               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                               AS failed_id,
+                           (array_agg(d.state ORDER BY d.ord) FILTER (
+                               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                               AS failed_state
+                    FROM deps AS d
+                    GROUP BY d.id
+                ),
+                verdicted AS (
+                    SELECT v.id, v.failed_id,
+                           v.all_completed OR (v.runs AND v.all_finished) AS released,
+                           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+                    FROM verdicts AS v
+                    WHERE v.all_completed OR (v.runs AND v.all_finished)
+                       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+                ),
+                settled AS (
+                    UPDATE "portqueue".job AS c
+                    
     SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
         start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
                            ELSE c.start_after END,
@@ -387,9 +458,27 @@ BEGIN
                           'dependency_id', s.failed_id::text, 'attempt', c.attempt,
                           'at', now())) END,
         error = CASE WHEN s.released THEN c.error ELSE s.message END
-    FROM settled AS s
-    WHERE c.id = s.id;
-    RETURN NULL;
+                    FROM verdicted AS s
+                    WHERE c.id = s.id
+                    RETURNING c.id, c.status, c.has_dependents, c.has_shared_dependents
+                )
+                SELECT array_agg(s.id) FILTER (
+                           WHERE s.status::text = 'cancelled' AND s.has_dependents),
+                       array_agg(s.id) FILTER (
+                           WHERE s.status::text = 'cancelled' AND s.has_shared_dependents)
+                INTO more_ids, more_shared
+                FROM settled AS s;
+                next_ids := next_ids || more_ids;
+                next_shared := next_shared || more_shared;
+            END IF;
+        END IF;
+        ids := next_ids;
+        states := CASE WHEN next_ids IS NOT NULL
+                       THEN array_fill('cancelled'::text, ARRAY[cardinality(next_ids)]) END;
+        shared := next_shared;
+        rearmed := next_rearmed;
+    END LOOP;
+    PERFORM set_config('portqueue.settling', coalesce(outer_depth, ''), true);
 END
 $function$;
 
@@ -397,13 +486,15 @@ $function$;
 
 CREATE TRIGGER job_added_notify AFTER INSERT ON portqueue.job REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION portqueue.notify_jobs_added();
 CREATE TRIGGER job_finished_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.notify_finished AND new.finished_at IS NOT NULL AND old.finished_at IS NULL) EXECUTE FUNCTION portqueue.notify_job_finished();
+CREATE TRIGGER job_note_removed AFTER DELETE ON portqueue.job FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION portqueue.note_dependency_settled();
+CREATE TRIGGER job_note_settled AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.has_dependents AND old.status IS DISTINCT FROM new.status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.note_dependency_settled();
 CREATE TRIGGER job_pending_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.status = 'pending'::portqueue.job_status AND old.status <> 'pending'::portqueue.job_status AND new.start_after <= now()) EXECUTE FUNCTION portqueue.notify_job_pending();
-CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON portqueue.job FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION portqueue.settle_dependents();
-CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.has_dependents AND old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION portqueue.settle_dependents();
+CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON portqueue.job REFERENCING OLD TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION portqueue.settle_dependents();
+CREATE TRIGGER job_settle_dependents AFTER UPDATE ON portqueue.job REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION portqueue.settle_dependents();
 CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (old.limited AND old.status = 'active'::portqueue.job_status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.notify_job_pending();
 
 -- The revision migrate() reads to know the schema is current.
 
-INSERT INTO portqueue.alembic_version (version_num) VALUES ('0010');
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0011');
 
 COMMIT;
