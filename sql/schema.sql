@@ -228,24 +228,6 @@ CREATE INDEX worker_last_seen_idx ON portqueue.worker USING btree (last_seen_at)
 
 -- Functions
 
-CREATE OR REPLACE FUNCTION portqueue.note_dependency_settled()
- RETURNS trigger
- LANGUAGE plpgsql
-AS $function$
-DECLARE
-    noted text := coalesce(current_setting('portqueue.noted', true), '');
-BEGIN
-    IF current_setting('portqueue.settling', true) = (pg_trigger_depth() - 1)::text THEN
-        -- A statement of settle_dependents_of, which settles what it ends.
-        RETURN NULL;
-    END IF;
-    IF strpos(noted, ',' || pg_trigger_depth() || ',') = 0 THEN
-        PERFORM set_config('portqueue.noted', noted || ',' || pg_trigger_depth() || ',', true);
-    END IF;
-    RETURN NULL;
-END
-$function$;
-
 CREATE OR REPLACE FUNCTION portqueue.notify_job_finished()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -281,40 +263,123 @@ $function$;
 CREATE OR REPLACE FUNCTION portqueue.settle_dependents()
  RETURNS trigger
  LANGUAGE plpgsql
+ SET plan_cache_mode TO 'force_generic_plan'
 AS $function$
 DECLARE
-    noted text := coalesce(current_setting('portqueue.noted', true), '');
-    ids uuid[];
-    states text[];
-    shared uuid[];
-    rearmed uuid[];
+    parent uuid;
+    state text;
 BEGIN
-    IF strpos(noted, ',' || pg_trigger_depth() || ',') = 0 THEN
+    IF current_setting('portqueue.settling', true) = (pg_trigger_depth() - 1)::text THEN
+        -- Written by settle_dependents_of, which settles what it ends.
         RETURN NULL;
     END IF;
-    PERFORM set_config('portqueue.noted', replace(noted, ',' || pg_trigger_depth() || ',', ''),
-                       true);
     IF TG_OP = 'DELETE' THEN
-        SELECT array_agg(r.id), array_agg('removed'::text),
-               array_agg(r.id) FILTER (WHERE r.has_shared_dependents)
-        INTO ids, states, shared
-        FROM written AS r
-        WHERE r.has_dependents;
+        parent := OLD.id;
+        state := 'removed';
     ELSE
-        SELECT array_agg(r.id) FILTER (WHERE r.status::text NOT IN ('pending', 'active', 'waiting')),
-               array_agg(r.status::text) FILTER (
-                   WHERE r.status::text NOT IN ('pending', 'active', 'waiting')),
-               array_agg(r.id) FILTER (
-                   WHERE r.status::text NOT IN ('pending', 'active', 'waiting')
-                     AND r.has_shared_dependents),
-               -- back to pending or waiting: if it had failed, retried
-               array_agg(r.id) FILTER (WHERE r.status::text IN ('pending', 'waiting'))
-        INTO ids, states, shared, rearmed
-        FROM written AS r
-        WHERE r.has_dependents;
+        parent := NEW.id;
+        state := NEW.status::text;
     END IF;
-    IF ids IS NOT NULL OR rearmed IS NOT NULL THEN
-        PERFORM "portqueue".settle_dependents_of(ids, states, shared, rearmed);
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
+        -- A retried dependency: the dependents it cancelled wait again.
+        PERFORM "portqueue".settle_dependents_of(NULL, NULL, NULL, ARRAY[parent]);
+        RETURN NULL;
+    END IF;
+    IF state IN ('failed', 'cancelled', 'expired', 'removed') THEN
+        PERFORM "portqueue".settle_dependents_of(
+            ARRAY[parent], ARRAY[state],
+            CASE WHEN (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                            ELSE NEW.has_shared_dependents END)
+                 THEN ARRAY[parent] END,
+            NULL);
+        RETURN NULL;
+    END IF;
+    IF state <> 'completed' THEN
+        RETURN NULL;
+    END IF;
+    -- Completed: its dependents waiting for it alone become pending, their
+    -- own delay counting from now. One statement, and no other dependency's
+    -- transaction can race for them.
+    UPDATE "portqueue".job AS c
+    
+    SET status = CASE WHEN true THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN true THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN true
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN true THEN NULL ELSE now() END,
+        errors = CASE WHEN true THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', NULL::text,
+                          'dependency_id', NULL::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN true THEN c.error ELSE NULL::text END
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT NEW.has_shared_dependents THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents of several jobs: lock them first, then read their
+    -- dependencies in a statement of its own, whose snapshot includes every
+    -- transaction that held one of these locks before.
+    PERFORM FROM "portqueue".job AS c
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE OF c;
+    IF FOUND THEN
+        WITH deps AS (
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM "portqueue".job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+    WHERE c.depends_on && ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+)
+        UPDATE "portqueue".job AS c
+        
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
+        FROM verdicted AS s
+        WHERE c.id = s.id;
     END IF;
     RETURN NULL;
 END
@@ -410,37 +475,37 @@ BEGIN
             FOR UPDATE OF c;
             IF FOUND THEN
                 WITH deps AS (
-                    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
-                           dep.id AS dep_id, dep.ord,
-                           coalesce(p.status::text, 'removed') AS state
-                    FROM "portqueue".job AS c
-                    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
-                    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-                    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
-                      AND c.status = 'waiting'
-                ),
-                verdicts AS (
-                    SELECT d.id, bool_or(d.runs) AS runs,
-                           bool_and(d.state = 'completed') AS all_completed,
-                           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
-                                                'removed')) AS all_finished,
-                           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
-                               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-                               AS failed_id,
-                           (array_agg(d.state ORDER BY d.ord) FILTER (
-                               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-                               AS failed_state
-                    FROM deps AS d
-                    GROUP BY d.id
-                ),
-                verdicted AS (
-                    SELECT v.id, v.failed_id,
-                           v.all_completed OR (v.runs AND v.all_finished) AS released,
-                           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
-                    FROM verdicts AS v
-                    WHERE v.all_completed OR (v.runs AND v.all_finished)
-                       OR (NOT v.runs AND v.failed_id IS NOT NULL)
-                ),
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM "portqueue".job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+),
                 settled AS (
                     UPDATE "portqueue".job AS c
                     
@@ -486,11 +551,9 @@ $function$;
 
 CREATE TRIGGER job_added_notify AFTER INSERT ON portqueue.job REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION portqueue.notify_jobs_added();
 CREATE TRIGGER job_finished_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.notify_finished AND new.finished_at IS NOT NULL AND old.finished_at IS NULL) EXECUTE FUNCTION portqueue.notify_job_finished();
-CREATE TRIGGER job_note_removed AFTER DELETE ON portqueue.job FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION portqueue.note_dependency_settled();
-CREATE TRIGGER job_note_settled AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.has_dependents AND old.status IS DISTINCT FROM new.status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.note_dependency_settled();
 CREATE TRIGGER job_pending_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.status = 'pending'::portqueue.job_status AND old.status <> 'pending'::portqueue.job_status AND new.start_after <= now()) EXECUTE FUNCTION portqueue.notify_job_pending();
-CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON portqueue.job REFERENCING OLD TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION portqueue.settle_dependents();
-CREATE TRIGGER job_settle_dependents AFTER UPDATE ON portqueue.job REFERENCING NEW TABLE AS written FOR EACH STATEMENT EXECUTE FUNCTION portqueue.settle_dependents();
+CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON portqueue.job FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION portqueue.settle_dependents();
+CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.has_dependents AND old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION portqueue.settle_dependents();
 CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (old.limited AND old.status = 'active'::portqueue.job_status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.notify_job_pending();
 
 -- The revision migrate() reads to know the schema is current.
