@@ -3,7 +3,10 @@ SCHEMA's ``drain`` queue (async no-op handler, concurrency 100) until no job
 of the schema is unfinished; print the seconds from the first handler call to
 then, and the CPU time the database's backends spent meanwhile (read from
 /proc/<pid>/schedstat: the server must run on this machine), which moves far
-less than wall time on a shared machine. Which portqueue it runs is the
+less than wall time on a shared machine. The session that polls for the end
+is left out of that sum: its count of unfinished jobs reads the whole table
+a hundred times a second, so counting it made a drain's CPU follow its wall
+time (the machine's load) more than its work. Which portqueue it runs is the
 caller's PYTHONPATH (a checkout's root)."""
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from portqueue import AsyncPortQueue
 
 
 async def backend_cpu_ns(conn: psycopg.AsyncConnection[Any]) -> int:
-    """CPU time of every backend of this database, this session's included."""
+    """CPU time of every backend of this database but this session's."""
     rows = await (await conn.execute(
-        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()")).fetchall()
+        "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+        "AND pid <> pg_backend_pid()")).fetchall()
     total = 0
     for (pid,) in rows:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):

@@ -360,19 +360,23 @@ class PortQueue:
             "group_id": group_id,
             "partition_key": partition_key, "throttle": throttle, "debounce": debounce,
         }
-        if depends_on is not None:
-            return self._run(flows.add_dependent_job(
-                self._settings, options, depends_on, self._registry.add_defaults), tx,
-                atomic=True)
         with hooks.adding(queue, self._settings.dsn) as scope:  # the add span and counter
+            if depends_on is not None:
+                operation: Operation[AddJobResult] = flows.add_dependent_job(
+                    self._settings, options, depends_on, self._registry.add_defaults,
+                    scope.attrs)
+            else:
+                operation = operations.add_job(self._settings, options, scope.attrs,
+                                               self._registry.add_defaults)
             result = self._run(
-                operations.add_job(self._settings, options, scope.attrs,
-                                   self._registry.add_defaults), tx,
+                operation, tx,
                 # A recurring add reads the clock, then stores the schedule:
                 # one transaction, so its first tick is exactly one period
                 # after its created_at. A pattern is checked in a savepoint
-                # first (operations.check_patterns). A plain add is one statement.
-                atomic=schedule is not None or preferred_instance_key_pattern is not None)
+                # first (operations.check_patterns). A plain add is one
+                # statement; a dependent one locks its dependencies first.
+                atomic=(depends_on is not None or schedule is not None
+                        or preferred_instance_key_pattern is not None))
             scope.added([result])
         return result
 
@@ -385,14 +389,14 @@ class PortQueue:
         entries are rejected, and so are entries naming different ``tx``.
         """
         chosen_tx = batch_tx(tx, jobs)
-        if flows.has_dependencies(jobs):  # entries with depends_on (docs/workflows.md)
-            return self._run(flows.add_dependent_jobs(
-                self._settings, queue, jobs, self._registry.add_defaults), chosen_tx,
-                atomic=True)
         with hooks.adding(queue, self._settings.dsn, batch=True) as scope:
-            operation = operations.add_job_batch(
-                self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None,
-                declared=self._registry.add_defaults)
+            if flows.has_dependencies(jobs):  # entries with depends_on (docs/workflows.md)
+                operation = flows.add_dependent_jobs(
+                    self._settings, queue, jobs, self._registry.add_defaults, scope.attrs)
+            else:
+                operation = operations.add_job_batch(
+                    self._settings, queue, jobs, scope.attrs, streamed=chosen_tx is None,
+                    declared=self._registry.add_defaults)
             results = self._run(operation, chosen_tx, atomic=True)
             scope.added(results)
         return results
@@ -407,8 +411,13 @@ class PortQueue:
         ``on_dependency_failure`` (``"cancel"``, the default, or ``"run"``) and
         add_job's options. Unknown keys and cycles raise ``ValueError``, with
         nothing written."""
-        return self._run(
-            flows.add_flow(self._settings, jobs, self._registry.add_defaults), tx, atomic=True)
+        with hooks.adding(flows.flow_destination(jobs), self._settings.dsn,
+                          batch=True) as scope:
+            result = self._run(flows.add_flow(
+                self._settings, jobs, self._registry.add_defaults, scope.attrs), tx,
+                atomic=True)
+            scope.added(list(result.jobs.values()))
+        return result
 
     def get_flow(self, *, flow_id: str, tx: object = None) -> FlowSnapshot | None:
         """The flow's status and its jobs by key, or ``None`` if no job has ``flow_id``."""
@@ -447,8 +456,12 @@ class PortQueue:
             "preferred_instance_key_pattern": preferred_instance_key_pattern,
             "group_id": group_id,
         }
-        return self._run(flows.publish(self._settings, topic, options), tx,
-                               atomic=preferred_instance_key_pattern is not None)
+        with hooks.adding(topic, self._settings.dsn, batch=True) as scope:
+            results = self._run(
+                flows.publish(self._settings, topic, options, scope.attrs), tx,
+                atomic=preferred_instance_key_pattern is not None)
+            scope.added(results)
+        return results
 
     # --- managing ---
 

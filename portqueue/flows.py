@@ -100,7 +100,9 @@ def dependency_ids(argument: str, value: object) -> list[str]:
 
 
 def _spec(settings: Settings, options: Mapping[str, Any], prefix: str, job_id: str,
-          declared: Declared | None, queue: str) -> JobSpec:
+          declared: Declared | None, queue: str,
+          attrs: Mapping[str, str] | None = None) -> JobSpec:
+    """``attrs``: the add span's trace context (``hooks.adding``), stored on the row."""
     for key in UNKEYED:
         if options.get(key) is not None:
             raise InvalidArgument(f"{prefix}{key}", "is not taken by jobs with dependencies, "
@@ -110,6 +112,8 @@ def _spec(settings: Settings, options: Mapping[str, Any], prefix: str, job_id: s
         max_payload_bytes=settings.max_payload_bytes, prefix=prefix, job_id=job_id)
     if schedule is not None and (schedule.recurring or schedule.start_at is not None):
         raise InvalidArgument(f"{prefix}schedule", "only a one-off delay (start_after_seconds)")
+    if attrs:
+        spec = spec._replace(attrs=attrs)
     defaults = None if declared is None else declared(queue)
     return spec if defaults is None else defaults.fill(spec)
 
@@ -241,10 +245,11 @@ def _check_patterns(settings: Settings, nodes: Sequence[Node], prefix: str | Non
 
 
 def add_dependent_job(settings: Settings, options: dict[str, Any], depends_on: object,
-                      declared: Declared | None = None) -> Operation[AddJobResult]:
-    """``add_job(..., depends_on=[ids])``."""
+                      declared: Declared | None = None,
+                      attrs: Mapping[str, str] | None = None) -> Operation[AddJobResult]:
+    """``add_job(..., depends_on=[ids])``; ``attrs`` as ``_spec`` takes them."""
     queue = validation.queue_name(options.pop("queue"))
-    node = Node("", queue, _spec(settings, options, "", uuid7(), declared, queue),
+    node = Node("", queue, _spec(settings, options, "", uuid7(), declared, queue, attrs),
                 dependency_ids("depends_on", depends_on), [], False)
     yield from _check_patterns(settings, [node], None)
     (result,) = yield from add_graph(settings.queries, [node], None)
@@ -257,8 +262,11 @@ def has_dependencies(jobs: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def add_dependent_jobs(settings: Settings, queue: object, jobs: Sequence[Mapping[str, Any]],
-                       declared: Declared | None = None) -> Operation[list[AddJobResult]]:
-    """``add_jobs`` where some entries name ``depends_on`` (job ids)."""
+                       declared: Declared | None = None,
+                       attrs: Mapping[str, str] | None = None
+                       ) -> Operation[list[AddJobResult]]:
+    """``add_jobs`` where some entries name ``depends_on`` (job ids); ``attrs``
+    as ``_spec`` takes them, for every entry."""
     name = validation.queue_name(queue)
     entries = validation.job_entries(jobs)
     ids = uuid7s(len(entries))
@@ -268,7 +276,8 @@ def add_dependent_jobs(settings: Settings, queue: object, jobs: Sequence[Mapping
         options = {k: v for k, v in entry.items() if k not in GRAPH_KEYS and k != "tx"}
         depends_on = entry.get("depends_on")
         nodes.append(Node(
-            argument, name, _spec(settings, options, argument + ".", ids[index], declared, name),
+            argument, name,
+            _spec(settings, options, argument + ".", ids[index], declared, name, attrs),
             [] if depends_on is None else dependency_ids(f"{argument}.depends_on", depends_on),
             [], failure_mode(f"{argument}.on_dependency_failure",
                              entry.get("on_dependency_failure"))))
@@ -278,9 +287,10 @@ def add_dependent_jobs(settings: Settings, queue: object, jobs: Sequence[Mapping
     return (yield from add_graph(settings.queries, nodes, None))
 
 
-def add_flow(settings: Settings, jobs: object, declared: Declared | None = None
-             ) -> Operation[FlowResult]:
-    """``add_flow(jobs=[{key, queue, data, depends_on: [keys], ...}])``."""
+def add_flow(settings: Settings, jobs: object, declared: Declared | None = None,
+             attrs: Mapping[str, str] | None = None) -> Operation[FlowResult]:
+    """``add_flow(jobs=[{key, queue, data, depends_on: [keys], ...}])``; ``attrs``
+    as ``_spec`` takes them, for every job of the flow."""
     entries = validation.job_entries(jobs)
     if not entries:
         raise InvalidArgument("jobs", "a flow needs at least one job")
@@ -309,7 +319,8 @@ def add_flow(settings: Settings, jobs: object, declared: Declared | None = None
         # dict.fromkeys: each dependency once, in the order given
         internal = list(dict.fromkeys(keys[key] for key in depends_on))
         nodes.append(Node(
-            argument, queue, _spec(settings, options, argument + ".", ids[index], declared, queue),
+            argument, queue,
+            _spec(settings, options, argument + ".", ids[index], declared, queue, attrs),
             [], internal,
             failure_mode(f"{argument}.on_dependency_failure", entry.get("on_dependency_failure")),
             key=entry["key"]))
@@ -319,6 +330,17 @@ def add_flow(settings: Settings, jobs: object, declared: Declared | None = None
     results = yield from add_graph(settings.queries, nodes, flow_id, order)
     keyed = zip((node.key or "" for node in nodes), results, strict=True)
     return FlowResult(flow_id=flow_id, jobs=dict(keyed))
+
+
+def flow_destination(jobs: object) -> str | None:
+    """The queue an add span of ``add_flow(jobs=...)`` names: the one every
+    entry names, else none (a flow across queues has no single destination).
+    Read before validation, which refuses what this cannot name."""
+    if isinstance(jobs, (str, bytes, Mapping)) or not isinstance(jobs, Sequence):
+        return None
+    queues = {entry.get("queue") if isinstance(entry, Mapping) else None for entry in jobs}
+    (queue,) = queues if len(queues) == 1 else (None,)
+    return queue if isinstance(queue, str) else None
 
 
 def flow_status(jobs: Sequence[JobSnapshot]) -> FlowStatus:
@@ -360,11 +382,12 @@ def unsubscribe(settings: Settings, topic: object, queue: object) -> Operation[b
     return bool(rows)
 
 
-def publish(settings: Settings, topic: object, options: dict[str, Any]
-            ) -> Operation[list[AddJobResult]]:
-    """One job per subscribed queue, ordered by queue name."""
+def publish(settings: Settings, topic: object, options: dict[str, Any],
+            attrs: Mapping[str, str] | None = None) -> Operation[list[AddJobResult]]:
+    """One job per subscribed queue, ordered by queue name; ``attrs`` as
+    ``_spec`` takes them."""
     name = topic_name(topic)
-    spec = _spec(settings, options, "", uuid7(), None, "")
+    spec = _spec(settings, options, "", uuid7(), None, "", attrs)
     if spec.preferred_instance_key_pattern is not None:
         yield from check_patterns(settings.queries, settings.instance_key,
                                   _patterns_of([spec], None))

@@ -2,7 +2,8 @@
 
 Three calls, each a no-op unless something listens:
 
-- ``adding(queue, dsn, batch=…)`` wraps every ``add_job`` / ``add_jobs``: it opens the
+- ``adding(queue, dsn, batch=…)`` wraps every ``add_job`` / ``add_jobs`` (with
+  dependencies or without), ``add_flow`` and ``publish``: it opens the
   add span (when opentelemetry is installed), hands out the ``attrs`` that
   carry its trace context to the job rows, and reports the jobs added to
   the observers (``portqueue.metrics`` counts them);
@@ -99,9 +100,11 @@ _UNTRACED_ADD = AddScope(None, traced=False)
 
 
 def adding(queue: object, dsn: str | None = None, *, batch: bool = False) -> AddScope:
-    """The scope of one ``add_job`` (``batch=False``) or ``add_jobs``
-    (``batch=True``) call: ``with hooks.adding(q, settings.dsn) as scope``.
-    ``dsn`` names the server on the span (``server.address``/``server.port``)."""
+    """The scope of one ``add_job`` (``batch=False``) or ``add_jobs``,
+    ``add_flow`` or ``publish`` (``batch=True``) call: ``with hooks.adding(q,
+    settings.dsn) as scope``. ``queue``: ``None`` for a flow across queues
+    (``publish`` names its topic). ``dsn`` names the server on the span
+    (``server.address``/``server.port``)."""
     if tracing.TRACING and tracing.recording():
         return AddScope(queue, traced=True, dsn=dsn, batch=batch)
     return _UNTRACED_ADD

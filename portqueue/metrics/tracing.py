@@ -118,11 +118,16 @@ def _span(name: str, kind: Any, attributes: Mapping[str, Any],
 
 @contextlib.contextmanager
 def add_span(queue: object, dsn: str | None = None) -> Iterator[tuple[Any, dict[str, str] | None]]:
-    """A PRODUCER span around one add (or batch), and the attrs carrying its context."""
+    """A PRODUCER span around one add (or batch), and the attrs carrying its
+    context. ``queue`` ``None``: an add to several queues (a flow across
+    queues), a span named ``send`` without a destination, as the conventions
+    name an operation whose destination is not one."""
     attributes = {"messaging.system": SYSTEM, "messaging.operation.type": SEND,
-                  "messaging.operation.name": SEND, "messaging.destination.name": str(queue),
-                  **server_attributes(dsn)}
-    with _span(f"{SEND} {queue}", trace.SpanKind.PRODUCER, attributes) as span:
+                  "messaging.operation.name": SEND, **server_attributes(dsn)}
+    if queue is not None:
+        attributes["messaging.destination.name"] = str(queue)
+    name = SEND if queue is None else f"{SEND} {queue}"
+    with _span(name, trace.SpanKind.PRODUCER, attributes) as span:
         carrier: dict[str, str] = {}
         if span.get_span_context().is_valid:
             TraceContextTextMapPropagator().inject(carrier)
