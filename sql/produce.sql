@@ -2,8 +2,8 @@
 -- {schema} is the quoted schema identifier; every value is a bound parameter.
 
 -- Adding jobs is six statements built from the fragments below: a batch
--- sends each column as one typed array, a single job as scalars (a fifth of
--- the server time of a batch of one: no set-returning functions to run); and
+-- sends each column as one typed array, a single job as scalars (no
+-- set-returning functions to run); and
 -- a job with an idempotency or singleton key needs ON CONFLICT, which the
 -- common keyless job does without. The commonest add of all, one keyless job
 -- to a queue that exists and takes adds, is a plain INSERT … SELECT first
@@ -41,8 +41,8 @@ WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
 -- name: add_job_to_open_queue
 -- One keyless job, as add_unkeyed_job adds it, but only to a queue whose row
 -- exists and that is not paused for adds: then it is one INSERT … SELECT with
--- no CTE, which costs the server about a tenth less than add_unkeyed_job's
--- five (their scans, the queue INSERT's set-up). It inserts nothing otherwise,
+-- no CTE, which spares the server add_unkeyed_job's five (their scans, the
+-- queue INSERT's set-up). It inserts nothing otherwise,
 -- and the caller runs add_unkeyed_job, which creates the queue's row or
 -- reports the pause.
 {job_insert}
@@ -52,7 +52,7 @@ FROM ({scalar_entry}) AS e
 -- name: add_default_job_to_open_queue
 -- add_job_to_open_queue for a job that sets nothing but its data: its other
 -- options are constant NULLs, which the planner folds into the queue's
--- defaults, and only three values are sent (a tenth less time per add).
+-- defaults, and only three values are sent.
 {job_insert}
 FROM ({default_entry}) AS e
 {into_open_queue}
@@ -200,7 +200,7 @@ FROM defaults WHERE paused = 'all'
 -- No entry has a key: nothing can conflict but a UUIDv7 collision (74 random
 -- bits), which should fail loudly anyway. So the insert skips ON CONFLICT,
 -- whose speculative insertion probes every unique index first and writes an
--- extra WAL record per row (about a fifth of a batch's time), and the sort
+-- extra WAL record per row, and the sort
 -- that only orders keys. Every entry is inserted pending, at now() plus its
 -- delay, so one row says so rather than a row per job: the caller checks the
 -- count and works out each start_after from now(), and each created_at (the
