@@ -193,21 +193,6 @@ class Fleet:
 # --- locks the handlers block on ---
 
 
-class HeldLock:
-    """An exclusive session advisory lock the test holds; ``{"fault": "block",
-    "lock": key}`` handlers wait (shared) until it is released."""
-
-    def __init__(self, dsn: str, key: int) -> None:
-        self.key = key
-        self.conn = psycopg.connect(dsn, autocommit=True)
-        self.conn.execute("SELECT pg_advisory_lock(%s)", [key])
-
-    def release(self) -> None:
-        if not self.conn.closed:
-            self.conn.execute("SELECT pg_advisory_unlock(%s)", [self.key])
-            self.conn.close()
-
-
 def wait_barrier_waiters(db: psycopg.Connection[Any], key: int, waiters: int,
                          timeout: float = 20.0) -> None:
     """Wait until ``waiters`` sessions queue for advisory lock ``key`` (small keys)."""
