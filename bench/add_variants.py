@@ -15,15 +15,14 @@ then each variant's ratio to its baseline, round by round.
 
 The comparisons (variant -> what runs without it):
 
-- ``default``: a data-only single add, ``add_default_job_to_open_queue`` ->
-  ``add_job_to_open_queue``;
 - ``open``: a single keyless add with an option, ``add_job_to_open_queue`` ->
-  ``add_unkeyed_job``;
-- ``unkeyed_single``: a single keyless add, ``add_unkeyed_job`` -> ``add_job``;
-- ``fallback``: the same, ``add_unkeyed_job`` -> ``add_unkeyed_jobs`` of one (what
-  a single keyless add falls back to when the open-queue insert adds nothing);
+  ``add_unkeyed_jobs`` of one;
 - ``scalar``: a single keyed add, ``add_job`` -> ``add_jobs`` of one;
 - ``unkeyed_batch``: 100 keyless jobs, ``add_unkeyed_jobs`` -> ``add_jobs``.
+
+The variants retired for issue 17 (``add_default_job_to_open_queue``,
+``add_unkeyed_job``) were measured with this script as of commit ``3d0cd14``
+(docs/performance.md, section ``suite-fast``).
 """
 
 from __future__ import annotations
@@ -62,8 +61,6 @@ def _spec(n: int, **options: Any) -> Any:
 def _single(name: str, *, keyed: bool = False, **options: Any) -> Statement:
     def statement(q: Queries, n: int) -> Query:
         spec = _spec(n, **options, **({"idempotency_key": f"k{n}"} if keyed else {}))
-        if name == "add_default_job_to_open_queue":
-            return q(name, queue=QUEUE, id=spec.id, data=spec.data_json)
         if name in ("add_jobs", "add_unkeyed_jobs"):
             return q(name, queue=QUEUE, **_entry_arrays([spec]))
         return q(name, queue=QUEUE, **_scalar_entry(spec))
@@ -78,14 +75,8 @@ def _batch(name: str) -> Statement:
 
 # comparison -> (adds per call, (variant, statement), (baseline, statement))
 COMPARISONS: dict[str, tuple[int, tuple[str, Statement], tuple[str, Statement]]] = {
-    "default": (1, ("add_default_job_to_open_queue", _single("add_default_job_to_open_queue")),
-                ("add_job_to_open_queue", _single("add_job_to_open_queue"))),
     "open": (1, ("add_job_to_open_queue", _single("add_job_to_open_queue", priority=1)),
-             ("add_unkeyed_job", _single("add_unkeyed_job", priority=1))),
-    "unkeyed_single": (1, ("add_unkeyed_job", _single("add_unkeyed_job")),
-                       ("add_job", _single("add_job"))),
-    "fallback": (1, ("add_unkeyed_job", _single("add_unkeyed_job")),
-                 ("add_unkeyed_jobs", _single("add_unkeyed_jobs"))),
+             ("add_unkeyed_jobs", _single("add_unkeyed_jobs", priority=1))),
     "scalar": (1, ("add_job", _single("add_job", keyed=True)),
                ("add_jobs", _single("add_jobs", keyed=True))),
     "unkeyed_batch": (BATCH, ("add_unkeyed_jobs", _batch("add_unkeyed_jobs")),
@@ -135,7 +126,7 @@ def main() -> None:
     with CursorKeepingConnection.connect(dsn, autocommit=True,
                                          options="-c synchronous_commit=off") as conn:
         pid = conn.info.backend_pid
-        execute_sync(conn, _single("add_unkeyed_job")(q, 0))  # the queue's row
+        execute_sync(conn, _single("add_unkeyed_jobs")(q, 0))  # the queue's row
         for round_ in range(args.rounds):
             for name in chosen:
                 per_call, variant, baseline = COMPARISONS[name]

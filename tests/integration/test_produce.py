@@ -265,8 +265,8 @@ def test_start_after_zero_is_immediate(client: Any, db: Db, schema: str) -> None
 # --- queue defaults ---
 
 
-# A job setting nothing but data goes through its own statement
-# (add_default_job_to_open_queue); one setting anything else through the general one.
+# A job setting nothing but data leaves every option to the queue's defaults;
+# one with a delay sets one of its own and takes the others from the queue.
 @pytest.mark.parametrize("options", [{}, {"schedule": {"start_after_seconds": 10}}],
                          ids=["data only", "with a delay"])
 def test_queue_defaults_apply_when_the_job_does_not_set_them(
