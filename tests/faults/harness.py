@@ -190,6 +190,14 @@ class Fleet:
             proc.kill()
 
 
+def stop_all(workers: Sequence[Proc], timeout: float = 15.0) -> None:
+    """SIGTERM every worker at once (each drains), then each must exit 0."""
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(timeout) == 0, worker.log()
+
+
 # --- locks the handlers block on ---
 
 
