@@ -282,12 +282,12 @@ def _scalar_entry(spec: JobSpec) -> dict[str, Any]:
 
 
 def _add_statement(q: Queries, queue: str, specs: Sequence[JobSpec], *, keyed: bool) -> Query:
-    """The statement adding ``specs``: scalars for one job, arrays for more;
-    ON CONFLICT only when some entry has an idempotency or singleton key."""
-    if len(specs) == 1:
-        if keyed:
-            return q("add_job", queue=queue, **_scalar_entry(specs[0]))
-        return q("add_unkeyed_job", queue=queue, **_scalar_entry(specs[0]))
+    """The statement adding ``specs``: scalars for one keyed job, arrays
+    otherwise; ON CONFLICT only when some entry has an idempotency or
+    singleton key. (A single keyless job reaching here is a queue's first add
+    or a paused queue's refusal: add_job_to_open_queue took the others.)"""
+    if len(specs) == 1 and keyed:
+        return q("add_job", queue=queue, **_scalar_entry(specs[0]))
     arrays = _entry_arrays(specs)
     if keyed:
         return q("add_jobs", queue=queue, **arrays)
@@ -445,9 +445,7 @@ def _add_unkeyed_jobs(
         # adds. Nothing inserted means a new queue or a paused one, which the
         # full statement below deals with.
         (spec,) = specs
-        rows = yield (
-            q("add_job_to_open_queue", queue=queue, **_scalar_entry(spec)) if spec.columns()
-            else q("add_default_job_to_open_queue", queue=queue, id=spec.id, data=spec.data_json))
+        rows = yield q("add_job_to_open_queue", queue=queue, **_scalar_entry(spec))
         if rows:
             return [AddJobResult(job_id=spec.id, queue=queue, status=JobStatus.PENDING,
                                  start_after=_utc(rows[0]["start_after"]),

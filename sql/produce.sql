@@ -1,15 +1,17 @@
 -- Producing: adding one-off jobs and recurring schedules.
 -- {schema} is the quoted schema identifier; every value is a bound parameter.
 
--- Adding jobs is six statements built from the fragments below: a batch
--- sends each column as one typed array, a single job as scalars (a fifth of
--- the server time of a batch of one: no set-returning functions to run); and
--- a job with an idempotency or singleton key needs ON CONFLICT, which the
--- common keyless job does without. The commonest add of all, one keyless job
--- to a queue that exists and takes adds, is a plain INSERT … SELECT first
--- (add_job_to_open_queue, or add_default_job_to_open_queue when the job sets
--- nothing but its data), and the full statement only when that inserts
--- nothing.
+-- Adding jobs is four statements built from the fragments below: a batch
+-- sends each column as one typed array, a single keyed job as scalars (no
+-- set-returning functions to run); and a job with an idempotency or
+-- singleton key needs ON CONFLICT, which the common keyless job does
+-- without. The commonest add of all, one keyless job to a queue that exists
+-- and takes adds, is a plain INSERT … SELECT first (add_job_to_open_queue),
+-- and add_unkeyed_jobs, for a batch of one, only when that inserts nothing: a
+-- queue's first add or one refused by a pause, too rare for a scalar variant
+-- of their own to pay for its statement. Each of these variants stays only
+-- while bench/add_variants.py measures it cheaper than what would run without
+-- it (docs/performance.md).
 --
 -- An entry's retry, expiry and timeout fall back to the queue's defaults,
 -- then to the built-in ones, and the job stores the resolved values, so later
@@ -33,28 +35,14 @@ WITH {create_queue_on_first_use}, {queue_defaults}, {entries_from_arrays},
 {insert_entries}
 {unkeyed_insert_end}
 
--- name: add_unkeyed_job
-WITH {create_queue_on_first_use}, {queue_defaults}, {entry_from_scalars},
-{insert_entries}
-{unkeyed_insert_end}
-
 -- name: add_job_to_open_queue
--- One keyless job, as add_unkeyed_job adds it, but only to a queue whose row
+-- One keyless job, as add_unkeyed_jobs adds it, but only to a queue whose row
 -- exists and that is not paused for adds: then it is one INSERT … SELECT with
--- no CTE, which costs the server about a tenth less than add_unkeyed_job's
--- five (their scans, the queue INSERT's set-up). It inserts nothing otherwise,
--- and the caller runs add_unkeyed_job, which creates the queue's row or
--- reports the pause.
+-- no CTE, which spares the server add_unkeyed_jobs's five (their scans, the
+-- queue INSERT's set-up). It inserts nothing otherwise, and the caller runs
+-- add_unkeyed_jobs, which creates the queue's row or reports the pause.
 {job_insert}
 FROM ({scalar_entry}) AS e
-{into_open_queue}
-
--- name: add_default_job_to_open_queue
--- add_job_to_open_queue for a job that sets nothing but its data: its other
--- options are constant NULLs, which the planner folds into the queue's
--- defaults, and only three values are sent (a tenth less time per add).
-{job_insert}
-FROM ({default_entry}) AS e
 {into_open_queue}
 
 -- fragment: into_open_queue
@@ -123,21 +111,6 @@ entries AS (
            %(partition_key)s::text AS partition_key,
            %(debounce_key)s::text AS debounce_key, 1::bigint AS ord
 
--- fragment: default_entry
--- scalar_entry for a job that sets nothing but its data.
-    SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, NULL::integer AS priority,
-           NULL::integer AS start_after_seconds, NULL::integer AS max_attempts,
-           NULL::integer AS retry_delay_seconds, NULL::text AS backoff_strategy,
-           NULL::double precision AS backoff_factor,
-           NULL::integer AS backoff_max_delay_seconds, NULL::boolean AS backoff_jitter,
-           NULL::integer AS expire_in_seconds, NULL::integer AS retention_ttl_seconds,
-           NULL::integer AS timeout_seconds, NULL::text AS preferred_instance_key_pattern,
-           NULL::text AS idempotency_key, NULL::text AS singleton_key,
-           NULL::text AS group_id, NULL::jsonb AS attrs,
-           NULL::integer AS retention_completed_ttl_seconds,
-           NULL::integer AS retention_failed_ttl_seconds, NULL::text AS partition_key,
-           NULL::text AS debounce_key, 1::bigint AS ord
-
 -- fragment: insert_entries
 -- The INSERT of the entries, up to its conflict handling.
 inserted AS (
@@ -200,7 +173,7 @@ FROM defaults WHERE paused = 'all'
 -- No entry has a key: nothing can conflict but a UUIDv7 collision (74 random
 -- bits), which should fail loudly anyway. So the insert skips ON CONFLICT,
 -- whose speculative insertion probes every unique index first and writes an
--- extra WAL record per row (about a fifth of a batch's time), and the sort
+-- extra WAL record per row, and the sort
 -- that only orders keys. Every entry is inserted pending, at now() plus its
 -- delay, so one row says so rather than a row per job: the caller checks the
 -- count and works out each start_after from now(), and each created_at (the

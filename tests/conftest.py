@@ -57,6 +57,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") and path in EVERY_MAJOR:
             item.add_marker(pytest.mark.every_major)
+        if "pg_server_dsn" not in getattr(item, "fixturenames", ()):
+            # Nothing of the suite's server in its fixtures: the same test
+            # whichever server or pooler a leg runs against.
+            item.add_marker(pytest.mark.no_server)
 
 
 def _worker_name() -> str:

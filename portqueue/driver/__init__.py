@@ -129,8 +129,7 @@ async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,
 # (a kept cursor holds its last result until its statement runs again, so a
 # read's page of payloads is never kept).
 KEPT_CURSOR_STATEMENTS = frozenset({
-    "add_default_job_to_open_queue", "add_job_to_open_queue", "add_job", "add_jobs",
-    "add_unkeyed_job", "add_unkeyed_jobs",
+    "add_job_to_open_queue", "add_job", "add_jobs", "add_unkeyed_jobs",
     "complete_jobs", "fail_jobs", "touch_jobs",
 })
 

@@ -211,72 +211,6 @@ SELECT count(*) AS added, now() AS now,
        coalesce((SELECT paused = 'all' FROM defaults), false) AS paused
 FROM inserted;
 
--- name: add_unkeyed_job
-WITH new_queue AS (
-    INSERT INTO "portqueue".queue (name)
-    SELECT %(queue)s
-    WHERE NOT EXISTS (SELECT FROM "portqueue".queue WHERE name = %(queue)s)
-    ON CONFLICT DO NOTHING
-), defaults AS (
-    SELECT * FROM "portqueue".queue WHERE name = %(queue)s
-), entries AS (
-    SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, %(priority)s::integer AS priority,
-           %(start_after_seconds)s::double precision AS start_after_seconds,
-           %(max_attempts)s::integer AS max_attempts,
-           %(retry_delay_seconds)s::integer AS retry_delay_seconds,
-           %(backoff_strategy)s::text AS backoff_strategy,
-           %(backoff_factor)s::double precision AS backoff_factor,
-           %(backoff_max_delay_seconds)s::integer AS backoff_max_delay_seconds,
-           %(backoff_jitter)s::boolean AS backoff_jitter,
-           %(expire_in_seconds)s::integer AS expire_in_seconds,
-           %(retention_ttl_seconds)s::integer AS retention_ttl_seconds,
-           %(timeout_seconds)s::integer AS timeout_seconds,
-           %(preferred_instance_key_pattern)s::text AS preferred_instance_key_pattern,
-           %(idempotency_key)s::text AS idempotency_key,
-           %(singleton_key)s::text AS singleton_key, %(group_id)s::text AS group_id,
-           %(attrs)s::jsonb AS attrs,
-           %(retention_completed_ttl_seconds)s::integer AS retention_completed_ttl_seconds,
-           %(retention_failed_ttl_seconds)s::integer AS retention_failed_ttl_seconds,
-           %(partition_key)s::text AS partition_key,
-           %(debounce_key)s::text AS debounce_key, 1::bigint AS ord
-),
-inserted AS (
-    INSERT INTO "portqueue".job AS j (
-        id, queue, data, priority, start_after,
-        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
-        backoff_max_delay_seconds, backoff_jitter,
-        expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
-    SELECT
-        e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
-        coalesce(e.max_attempts, d.max_attempts, 1),
-coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
-coalesce(e.backoff_strategy, d.backoff_strategy, 'fixed'),
-coalesce(e.backoff_factor, d.backoff_factor, 2),
-CASE WHEN e.max_attempts IS NOT NULL THEN e.backoff_max_delay_seconds
-     ELSE d.backoff_max_delay_seconds END,
-coalesce(e.backoff_jitter, d.backoff_jitter, false),
-        coalesce(e.expire_in_seconds, d.expire_in_seconds),
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::double precision
-                                      + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
-        e.retention_ttl_seconds,
-        coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
-        coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
-    FROM entries AS e
-    LEFT JOIN defaults AS d ON true
-    WHERE d.paused IS DISTINCT FROM 'all'
-RETURNING j.id
-)
-SELECT count(*) AS added, now() AS now,
-       coalesce((SELECT paused = 'all' FROM defaults), false) AS paused
-FROM inserted;
-
 -- name: add_job_to_open_queue
 INSERT INTO "portqueue".job AS j (
         id, queue, data, priority, start_after,
@@ -324,49 +258,6 @@ FROM (SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, %(priority)s::integ
            %(retention_failed_ttl_seconds)s::integer AS retention_failed_ttl_seconds,
            %(partition_key)s::text AS partition_key,
            %(debounce_key)s::text AS debounce_key, 1::bigint AS ord) AS e
-JOIN "portqueue".queue AS d ON d.name = %(queue)s AND d.paused IS DISTINCT FROM 'all'
-RETURNING j.start_after, j.created_at;
-
--- name: add_default_job_to_open_queue
-INSERT INTO "portqueue".job AS j (
-        id, queue, data, priority, start_after,
-        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
-        backoff_max_delay_seconds, backoff_jitter,
-        expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
-    SELECT
-        e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
-        coalesce(e.max_attempts, d.max_attempts, 1),
-coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
-coalesce(e.backoff_strategy, d.backoff_strategy, 'fixed'),
-coalesce(e.backoff_factor, d.backoff_factor, 2),
-CASE WHEN e.max_attempts IS NOT NULL THEN e.backoff_max_delay_seconds
-     ELSE d.backoff_max_delay_seconds END,
-coalesce(e.backoff_jitter, d.backoff_jitter, false),
-        coalesce(e.expire_in_seconds, d.expire_in_seconds),
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::double precision
-                                      + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
-        e.retention_ttl_seconds,
-        coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
-        coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
-FROM (SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, NULL::integer AS priority,
-           NULL::integer AS start_after_seconds, NULL::integer AS max_attempts,
-           NULL::integer AS retry_delay_seconds, NULL::text AS backoff_strategy,
-           NULL::double precision AS backoff_factor,
-           NULL::integer AS backoff_max_delay_seconds, NULL::boolean AS backoff_jitter,
-           NULL::integer AS expire_in_seconds, NULL::integer AS retention_ttl_seconds,
-           NULL::integer AS timeout_seconds, NULL::text AS preferred_instance_key_pattern,
-           NULL::text AS idempotency_key, NULL::text AS singleton_key,
-           NULL::text AS group_id, NULL::jsonb AS attrs,
-           NULL::integer AS retention_completed_ttl_seconds,
-           NULL::integer AS retention_failed_ttl_seconds, NULL::text AS partition_key,
-           NULL::text AS debounce_key, 1::bigint AS ord) AS e
 JOIN "portqueue".queue AS d ON d.name = %(queue)s AND d.paused IS DISTINCT FROM 'all'
 RETURNING j.start_after, j.created_at;
 

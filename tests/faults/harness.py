@@ -190,22 +190,15 @@ class Fleet:
             proc.kill()
 
 
+def stop_all(workers: Sequence[Proc], timeout: float = 15.0) -> None:
+    """SIGTERM every worker at once (each drains), then each must exit 0."""
+    for worker in workers:
+        worker.send(signal.SIGTERM)
+    for worker in workers:
+        assert worker.wait(timeout) == 0, worker.log()
+
+
 # --- locks the handlers block on ---
-
-
-class HeldLock:
-    """An exclusive session advisory lock the test holds; ``{"fault": "block",
-    "lock": key}`` handlers wait (shared) until it is released."""
-
-    def __init__(self, dsn: str, key: int) -> None:
-        self.key = key
-        self.conn = psycopg.connect(dsn, autocommit=True)
-        self.conn.execute("SELECT pg_advisory_lock(%s)", [key])
-
-    def release(self) -> None:
-        if not self.conn.closed:
-            self.conn.execute("SELECT pg_advisory_unlock(%s)", [self.key])
-            self.conn.close()
 
 
 def wait_barrier_waiters(db: psycopg.Connection[Any], key: int, waiters: int,

@@ -22,7 +22,14 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from tests.faults.harness import QUEUE, Fleet, Proc, assert_nothing_lost, count_where
+from tests.faults.harness import (
+    QUEUE,
+    Fleet,
+    Proc,
+    assert_nothing_lost,
+    count_where,
+    stop_all,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -134,10 +141,7 @@ def test_chaos_random_worker_sigkilled_and_restarted_until_drained(
         assert time.monotonic() < deadline, [w.log() for w in workers]
         restarted += restart_refused(fleet, workers)
         time.sleep(0.05)  # polling pace
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(30) == 0, worker.log()
+    stop_all(workers, timeout=30)
     figures = assert_nothing_lost(db, schema, job_ids, faulted_pids=killed)
     assert figures.statuses == {"completed": CHAOS.jobs}
     assert figures.effects == CHAOS.jobs

@@ -17,7 +17,6 @@ from portqueue import PortQueue
 from tests.faults.harness import (
     QUEUE,
     Fleet,
-    HeldLock,
     Proc,
     add_claimed,
     assert_nothing_lost,
@@ -26,6 +25,7 @@ from tests.faults.harness import (
     ledger,
     wait_status,
 )
+from tests.support.locks import HeldLock
 from tests.support.waiting import wait_until
 
 LOCK = 7001
@@ -52,8 +52,7 @@ def test_sigkill_mid_job_is_rescued_and_finished_by_another_worker(
     pg_dsn: str, report: Any,
 ) -> None:
     db = ledger_db
-    lock = HeldLock(pg_dsn, LOCK)
-    try:
+    with HeldLock(pg_dsn, LOCK):
         first, job_id = blocked_job_claimed(pq, fleet, db)
 
         first.send(signal.SIGKILL)
@@ -63,8 +62,6 @@ def test_sigkill_mid_job_is_rescued_and_finished_by_another_worker(
         row = wait_status(db, schema, job_id, {"completed", "failed"}, timeout=30,
                           what="the second worker to rescue and finish the job")
         recovered = time.monotonic() - killed_at
-    finally:
-        lock.release()
 
     assert row["status"] == "completed"
     assert row["attempt"] == 2
@@ -83,8 +80,7 @@ def test_sigstop_past_the_lease_then_sigcont_is_fenced_out(
     pg_dsn: str, report: Any,
 ) -> None:
     db = ledger_db
-    lock = HeldLock(pg_dsn, LOCK)
-    try:
+    with HeldLock(pg_dsn, LOCK) as lock:
         zombie, job_id = blocked_job_claimed(pq, fleet, db)
 
         # Frozen mid-job: no heartbeat, no completion, but the process and its
@@ -106,8 +102,6 @@ def test_sigstop_past_the_lease_then_sigcont_is_fenced_out(
         zombie.wait_for_log(f"job {job_id} on 'faults': lease lost")
         zombie.send(signal.SIGTERM)
         assert zombie.wait(15) == 0
-    finally:
-        lock.release()
 
     after = job(db, schema, job_id)
     assert after["status"] == "completed"

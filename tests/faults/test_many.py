@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 
 from portqueue import PortQueue
-from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, count_where, ledger
+from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, count_where, ledger, stop_all
 from tests.support.waiting import wait_until
 
 JOBS = 600
@@ -32,10 +32,7 @@ def test_three_workers_drain_600_jobs_with_each_effect_exactly_once(
     wait_until(lambda: count_where(db, schema, job_ids, "completed") == JOBS, 60,
                f"{JOBS} jobs to complete", interval=0.1)
     drained = time.monotonic() - started
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(15) == 0, worker.log()
+    stop_all(workers)
 
     figures = assert_nothing_lost(db, schema, job_ids)
     assert figures.statuses == {"completed": JOBS}
@@ -71,10 +68,7 @@ def test_600_jobs_survive_a_worker_sigkilled_mid_drain(
     wait_until(lambda: count_where(db, schema, job_ids, "completed") == JOBS, 60,
                f"{JOBS} jobs to complete", interval=0.1)
     drained = time.monotonic() - started
-    for worker in workers:
-        worker.send(signal.SIGTERM)
-    for worker in workers:
-        assert worker.wait(15) == 0, worker.log()
+    stop_all(workers)
 
     figures = assert_nothing_lost(db, schema, job_ids, faulted_pids=[victim.pid])
     assert figures.statuses == {"completed": JOBS}

@@ -1,8 +1,8 @@
 """Migrations racing each other while workers run (scenario 12).
 
 Two worker processes drain a stream of jobs on a schema at head, as a deploy
-finds them; five ``portqueue migrate`` processes then run at once against it
-(every deploy runs migrate), and five more against a schema of the same
+finds them; three ``portqueue migrate`` processes then run at once against it
+(every deploy runs migrate), and three more against a schema of the same
 database three revisions behind head, with a history in it. All exit 0, the
 old schema ends exactly at head (the same catalog as a schema migrated in one
 go, one version row), the live one is left as it was, and its workers never
@@ -11,12 +11,13 @@ behind head: the newest migrations add columns the claim reads, and
 ``SchemaNotMigrated`` says so. Migrate first, then deploy.)
 
 The five-processes-on-an-empty-database race on its own is
-tests/migrations/test_concurrent_migrate.py.
+tests/migrations/test_concurrent_migrate.py; here three per schema are a race
+all the same, and each more was a CLI start-up (Alembic's import) on a
+2-core host.
 """
 
 from __future__ import annotations
 
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -29,13 +30,13 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.migrate import _config, head_revision, migrate
-from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, count_where
+from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, count_where, stop_all
 from tests.migrations.catalog import schema_catalog
 from tests.migrations.conftest import cli_command, cli_env
 
 pytestmark = pytest.mark.slow
 
-MIGRATORS = 5
+MIGRATORS = 3
 STEPS_BEHIND = 3
 BACKLOG = 2_000   # finished rows, so the old schema's new indexes take a moment to build
 
@@ -50,7 +51,7 @@ def revision_behind_head(steps: int) -> str:
     return revision
 
 
-def test_five_migrations_race_while_workers_drain(
+def test_migrations_racing_while_workers_drain(
     pg_dsn: str, schema: str, ledger_db: psycopg.Connection[Any], tmp_path: Path,
     report: Any,
 ) -> None:
@@ -93,10 +94,8 @@ def test_five_migrations_race_while_workers_drain(
             while count_where(db, schema, job_ids, "completed") < len(job_ids):
                 assert time.monotonic() < deadline, [w.log() for w in workers]
                 time.sleep(0.1)  # polling pace
+            stop_all(workers)
             for worker in workers:
-                worker.send(signal.SIGTERM)
-            for worker in workers:
-                assert worker.wait(15) == 0, worker.log()
                 assert "Traceback" not in worker.log(), worker.log()
 
         for migrator, (stdout, stderr) in zip(migrators, outputs, strict=True):

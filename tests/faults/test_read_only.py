@@ -1,4 +1,4 @@
-"""Scenario 6: the database turns read-only for ~10 s mid-drain, as during a
+"""Scenario 6: the database turns read-only for ~5 s mid-drain, as during a
 failover (``ALTER DATABASE … SET default_transaction_read_only`` and every
 session terminated, so each reconnects read-only; then the reverse).
 
@@ -24,10 +24,12 @@ from tests.support.rows import count_jobs
 from tests.support.waiting import wait_until
 
 JOBS = 120
-READ_ONLY_SECONDS = 10.0
-# Per worker in the window, well above its backoff schedule (claims back off
-# 0.2 s doubling to 10 s; the heartbeat fails at most once per lease/3) and
-# far below a hot loop, which would fail thousands of times.
+# Long enough for the claims' backoff to double four times (0.2 s doubling
+# to 10 s), so a worker that did not back off would show.
+READ_ONLY_SECONDS = 5.0
+# Per worker in the window, well above its backoff schedule (the heartbeat
+# fails at most once per lease/3 too) and far below a hot loop, which would
+# fail thousands of times.
 MAX_FAILURES_IN_WINDOW = 40
 
 

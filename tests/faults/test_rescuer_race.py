@@ -25,10 +25,10 @@ from portqueue import PortQueue
 from tests.faults.harness import (
     QUEUE,
     Fleet,
-    HeldLock,
     assert_nothing_lost,
     wait_barrier_waiters,
 )
+from tests.support.locks import HeldLock
 
 JOBS = 500
 PROCESSES = 5
@@ -62,14 +62,11 @@ def test_five_rescuers_racing_rescue_each_lapsed_job_exactly_once(
             "SELECT id::text, attempt FROM {} WHERE id = ANY(%s::uuid[])").format(
                 sql.Identifier(schema, "job")), [job_ids])}
 
-    barrier = HeldLock(pg_dsn, BARRIER)
-    try:
+    with HeldLock(pg_dsn, BARRIER):
         procs = [fleet.python("tests.faults.rescue_race", mode, str(BARRIER))
                  for _ in range(PROCESSES)]
         wait_barrier_waiters(db, BARRIER, PROCESSES)
         started = time.monotonic()
-    finally:
-        barrier.release()
     codes = [proc.wait(60) for proc in procs]
     elapsed = time.monotonic() - started
 

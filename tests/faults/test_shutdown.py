@@ -20,7 +20,6 @@ from portqueue import PortQueue
 from tests.faults.harness import (
     QUEUE,
     Fleet,
-    HeldLock,
     add_claimed,
     assert_nothing_lost,
     effects,
@@ -28,6 +27,7 @@ from tests.faults.harness import (
     ledger,
     wait_status,
 )
+from tests.support.locks import HeldLock
 from tests.support.waiting import wait_until
 
 LOCK = 7003
@@ -39,8 +39,7 @@ def test_sigterm_drains_the_job_in_flight_and_exits_0(
     pg_dsn: str, report: Any,
 ) -> None:
     db = ledger_db
-    lock = HeldLock(pg_dsn, LOCK)
-    try:
+    with HeldLock(pg_dsn, LOCK):
         worker = fleet.worker(lease_seconds=1, grace_seconds=GRACE_SECONDS)
         job_id, _ = add_claimed(pq, db, {"fault": "block", "lock": LOCK})
         lease_at_term = job(db, schema, job_id)["lease_expires_at"]
@@ -56,8 +55,6 @@ def test_sigterm_drains_the_job_in_flight_and_exits_0(
                    "the lease to be renewed while draining", interval=0.05)
         assert worker.alive()
         assert job(db, schema, job_id)["status"] == "active"
-    finally:
-        lock.release()
     assert worker.wait(GRACE_SECONDS) == 0
     drained = time.monotonic() - termed
 
@@ -136,8 +133,7 @@ def test_a_stopped_worker_exits_even_when_a_handler_ignores_its_signal(
     that ran out of grace: the job is released, unspent, and a late result
     would be fenced out anyway."""
     db = ledger_db
-    lock = HeldLock(pg_dsn, LOCK)
-    try:
+    with HeldLock(pg_dsn, LOCK):
         worker = fleet.worker(lease_seconds=2, grace_seconds=grace_seconds)
         job_id, _ = add_claimed(pq, db, {"fault": "block", "lock": LOCK, "fault_runs": [1]})
         sent = time.monotonic()
@@ -146,8 +142,6 @@ def test_a_stopped_worker_exits_even_when_a_handler_ignores_its_signal(
         stopped = time.monotonic() - sent
         row = job(db, schema, job_id)
         assert (row["status"], row["attempt"]) == ("pending", 0)
-    finally:
-        lock.release()
     assert code == 0
     figures = assert_nothing_lost(db, schema, [job_id], faulted=[job_id])
     assert "handler(s) still running after the worker stopped" in worker.log()

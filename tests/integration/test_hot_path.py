@@ -120,9 +120,8 @@ async def test_the_claim_returns_claimeds_fields_in_order(pg_dsn: str, schema: s
 
 
 def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db) -> None:
-    """The commonest add tries the CTE-free INSERT first (its data-only form
-    when the job sets nothing else); only a queue with no row yet, or one
-    paused for adds, takes the full statement after it."""
+    """The commonest add tries the CTE-free INSERT first; only a queue with
+    no row yet, or one paused for adds, takes the full statement after it."""
     names: list[str] = []
 
     def add(**options: Any) -> AddJobResult:
@@ -135,13 +134,13 @@ def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db
         return run_sync(operation, next(operation), execute)
 
     first = add()
-    assert names == ["add_default_job_to_open_queue", "add_unkeyed_job"]
+    assert names == ["add_job_to_open_queue", "add_unkeyed_jobs"]
     second = add(schedule={"start_after_seconds": 30})
     assert names == ["add_job_to_open_queue"]
     assert second.start_after - first.start_after >= timedelta(seconds=30)
     assert pq.get_job(job_id=second.job_id).start_after == second.start_after
     third = add()
-    assert names == ["add_default_job_to_open_queue"]
+    assert names == ["add_job_to_open_queue"]
     assert pq.get_job(job_id=third.job_id).start_after == third.start_after
     pq.pause_queue(queue="open", mode=PauseMode.PROCESSING)
     add(priority=3)
@@ -149,10 +148,10 @@ def test_a_single_add_to_an_open_queue_is_one_plain_insert(pq: PortQueue, db: Db
     pq.pause_queue(queue="open", mode=PauseMode.ALL)
     with pytest.raises(QueuePausedError):
         add()
-    assert names == ["add_default_job_to_open_queue", "add_unkeyed_job"]
+    assert names == ["add_job_to_open_queue", "add_unkeyed_jobs"]
     with pytest.raises(QueuePausedError):
         add(priority=3)
-    assert names == ["add_job_to_open_queue", "add_unkeyed_job"]
+    assert names == ["add_job_to_open_queue", "add_unkeyed_jobs"]
     assert len(pq.get_jobs(queue="open").items) == 4
 
 
@@ -170,7 +169,7 @@ def test_a_batch_of_statements_runs_in_turn_without_a_pipeline(pq: PortQueue, db
         pq._settings, "in-turn", [{"data": n} for n in range(size)], streamed=True)
     with db.transaction():
         results = run_sync(operation, next(operation), execute)
-    assert names == ["add_unkeyed_jobs", "add_unkeyed_jobs", "add_unkeyed_job"]
+    assert names == ["add_unkeyed_jobs", "add_unkeyed_jobs", "add_unkeyed_jobs"]
     data = dict(db.execute(sql.SQL("SELECT id::text, data FROM {} WHERE queue = 'in-turn'").format(
         sql.Identifier(pq.schema, "job"))).fetchall())
     assert [data[result.job_id] for result in results] == list(range(size))
@@ -189,8 +188,9 @@ def test_repeated_adds_run_on_one_kept_cursor_and_reads_keep_none(
     assert len(pq.get_jobs(queue="hot").items) == 9
     conn = pq._pool.getconn()
     try:
-        # add_job_to_open_queue, add_unkeyed_job (the queue's first add), add_unkeyed_jobs
-        assert len(conn.kept_cursors) == 3
+        # add_job_to_open_queue, add_unkeyed_jobs (the queue's first add, then
+        # the batches)
+        assert len(conn.kept_cursors) == 2
     finally:
         pq._pool.putconn(conn)
     assert count_jobs(db, schema) == 9

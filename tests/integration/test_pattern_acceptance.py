@@ -153,7 +153,7 @@ def _first_statement(options: dict[str, Any]) -> Query | Batch:
 
 def test_an_add_without_a_pattern_sends_no_check() -> None:
     first = _first_statement({"data": {}})
-    assert isinstance(first, Query) and first.name == "add_default_job_to_open_queue"
+    assert isinstance(first, Query) and first.name == "add_job_to_open_queue"
     first = _first_statement({"data": {}, "priority": 3, "group_id": "g"})
     assert isinstance(first, Query) and first.name == "add_job_to_open_queue"
 

@@ -43,6 +43,7 @@ from tests.support.rows import (
     make_active,
     queue_row,
     schedule_row,
+    set_queue,
 )
 
 Db = psycopg.Connection[Any]
@@ -264,21 +265,15 @@ def test_start_after_zero_is_immediate(client: Any, db: Db, schema: str) -> None
 # --- queue defaults ---
 
 
-def set_queue_defaults(db: Db, schema: str, queue: str, assignments: str) -> None:
-    query = sql.SQL("UPDATE {}.queue SET " + assignments + " WHERE name = %s").format(  # noqa: S608
-        sql.Identifier(schema))
-    assert db.execute(query, [queue]).rowcount == 1
-
-
-# A job setting nothing but data goes through its own statement
-# (add_default_job_to_open_queue); one setting anything else through the general one.
+# A job setting nothing but data leaves every option to the queue's defaults;
+# one with a delay sets one of its own and takes the others from the queue.
 @pytest.mark.parametrize("options", [{}, {"schedule": {"start_after_seconds": 10}}],
                          ids=["data only", "with a delay"])
 def test_queue_defaults_apply_when_the_job_does_not_set_them(
     client: Any, db: Db, schema: str, options: dict[str, Any]
 ) -> None:
     client.add_job(queue="defaults", data={})  # creates the queue row
-    set_queue_defaults(db, schema, "defaults",
+    set_queue(db, schema, "defaults",
                        "max_attempts = 4, retry_delay_seconds = 7, backoff_strategy = 'linear', "
                        "backoff_factor = 5, backoff_max_delay_seconds = 99, backoff_jitter = true, "
                        "expire_in_seconds = 120, timeout_seconds = 30, "
@@ -302,7 +297,7 @@ def test_queue_defaults_apply_when_the_job_does_not_set_them(
 
 def test_job_options_override_queue_defaults(client: Any, db: Db, schema: str) -> None:
     client.add_job(queue="defaults", data={})
-    set_queue_defaults(db, schema, "defaults",
+    set_queue(db, schema, "defaults",
                        "max_attempts = 4, retry_delay_seconds = 7, backoff_strategy = 'linear', "
                        "backoff_max_delay_seconds = 99, expire_in_seconds = 120, "
                        "timeout_seconds = 30")
@@ -321,9 +316,9 @@ def test_job_options_override_queue_defaults(client: Any, db: Db, schema: str) -
 
 def test_queue_defaults_are_resolved_at_insert(client: Any, db: Db, schema: str) -> None:
     client.add_job(queue="defaults", data={})
-    set_queue_defaults(db, schema, "defaults", "max_attempts = 4")
+    set_queue(db, schema, "defaults", "max_attempts = 4")
     first = client.add_job(queue="defaults", data={})
-    set_queue_defaults(db, schema, "defaults", "max_attempts = 9")
+    set_queue(db, schema, "defaults", "max_attempts = 9")
     second = client.add_job(queue="defaults", data={})
     assert job_row(db, schema, first.job_id)["max_attempts"] == 4
     assert job_row(db, schema, second.job_id)["max_attempts"] == 9

@@ -18,7 +18,7 @@ from psycopg import sql
 from portqueue import FOREVER, AsyncPortQueue, InvalidArgument, PortQueue, Retention
 from portqueue.maintenance import run_pass
 from portqueue.maintenance.scheduler import Scheduler
-from tests.support.rows import count_rows, finish, job_row, update_job
+from tests.support.rows import count_rows, finish, job_row, set_queue, update_job
 from tests.support.services import run_once
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness, finished_row
@@ -48,13 +48,6 @@ def pruned(dsn: str, schema: str, **defaults: Any) -> int:
 
 def exists(db: Db, schema: str, job_id: str) -> bool:
     return count_rows(db, schema, "job", "id = %s", [job_id]) == 1
-
-
-def set_queue(db: Db, schema: str, queue: str, assignments: str) -> None:
-    db.execute(sql.SQL("INSERT INTO {} (name) VALUES (%s) ON CONFLICT DO NOTHING").format(
-        sql.Identifier(schema, "queue")), [queue])
-    db.execute(sql.SQL("UPDATE {} SET ").format(sql.Identifier(schema, "queue"))
-               + sql.SQL(assignments) + sql.SQL(" WHERE name = %s"), [queue])
 
 
 # --- end to end: a queue's per-outcome retention, declared by its handler ---
