@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
+from psycopg.pq import TransactionStatus
 
 from portqueue import worker_operations as ops
 from portqueue.queries import Query
@@ -78,14 +79,22 @@ class Limits:
         one transaction and one round trip; its rows, markers included."""
         lock, claim = transaction
         # Pipelined: BEGIN, the lock, the claim and COMMIT go in one round
-        # trip. The server still runs them in turn, so the claim's snapshot is
-        # taken once the lock is held.
-        async with conn.pipeline() as pipeline, conn.transaction():
-            await conn.execute(lock.sql, lock.params)
-            cursor = conn.cursor(row_factory=Claimed.rows)
-            await cursor.execute(claim.sql, claim.params)
-            await pipeline.sync()  # the rows, before COMMIT is sent
-            return await cursor.fetchall()
+        # trip, the rows read once all of it is done. The server still runs
+        # them in turn, so the claim's snapshot is taken once the lock is
+        # held, and the lock is released by the COMMIT that follows the claim
+        # at once, not after the rows have crossed to this process and back.
+        try:
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(lock.sql, lock.params)
+                cursor = conn.cursor(row_factory=Claimed.rows)
+                await cursor.execute(claim.sql, claim.params)
+        except psycopg.Error:
+            # A failed claim made the server skip the queued COMMIT: its
+            # transaction is still open (aborted) on the session.
+            if conn.info.transaction_status == TransactionStatus.INERROR:
+                await conn.rollback()
+            raise
+        return await cursor.fetchall()
 
     def _wake_at(self, queue: str, seconds: float) -> None:
         previous = self._wakes.pop(queue, None)
