@@ -68,9 +68,10 @@ class Limits:
     def freed(self, queues: Iterable[str]) -> None:
         """Outcomes of these queues' jobs committed: a limited one has a slot
         free in the database now, so it is claimed again at once, without
-        waiting for the NOTIFY that commit sent."""
+        waiting for the NOTIFY that commit sent. Not one the rate holds back
+        until a set time (a finished job frees no start): its wake is due then."""
         for queue in queues:
-            if queue in self._limited:
+            if queue in self._limited and queue not in self._wakes:
                 self._demand.want(queue)
 
     async def claim(self, conn: psycopg.AsyncConnection[Any],
@@ -101,7 +102,11 @@ class Limits:
         if previous is not None:
             previous.cancel()
         self._wakes[queue] = asyncio.get_running_loop().call_later(
-            seconds + RATE_WAKE_MARGIN_SECONDS, self._demand.want, queue)
+            seconds + RATE_WAKE_MARGIN_SECONDS, self._rate_allows, queue)
+
+    def _rate_allows(self, queue: str) -> None:
+        del self._wakes[queue]
+        self._demand.want(queue)
 
     def close(self) -> None:
         for handle in self._wakes.values():
