@@ -15,7 +15,14 @@ the database clock, from the first ``started_at`` to the last ``finished_at``:
   (at most 50 of the 100 slots can be busy);
 - ``rate``: ``rate_limit`` of ``--rate`` starts per second, ``--rate * 5`` jobs;
   its figure is the steady start rate (starts after the first window, per second of
-  the windows they span), to compare with the limit.
+  the windows they span), to compare with the limit;
+- ``unlimited50`` (not run unless named): no limit, concurrency 50, the slots
+  ``partition50`` can use at most, to tell the claim's cost from the slots' bound;
+- ``before_global100``, ``before_partition50``, ``before_rate`` (not run unless named): those
+  scenarios on the code of ``--before``, for before/after ratios in one run;
+- ``variant_global100``, ``variant_partition50`` (not run unless named): the same on
+  the code of ``--variant`` (a checkout with one change left out: its ratio to this
+  code is that change's effect).
 
 Runs interleave the scenarios (each run starts with a different one); the ratios
 (``unlimited / before``, ``global100 / unlimited``, ``partition50 / unlimited``) are
@@ -46,6 +53,22 @@ KEYS = 50
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = ["before", "unlimited", "global100", "partition50", "rate"]
+# Scenario -> (limits scenario, code, worker concurrency).
+EXTRA = {"unlimited50": ("unlimited", "this", KEYS),
+         "before_global100": ("global100", "before", CONCURRENCY),
+         "before_partition50": ("partition50", "before", CONCURRENCY),
+         "variant_global100": ("global100", "variant", CONCURRENCY),
+         "variant_partition50": ("partition50", "variant", CONCURRENCY),
+         "before_rate": ("rate", "before", CONCURRENCY)}
+
+
+def setup(scenario: str) -> tuple[str, str, int]:
+    """What the scenario limits, whose code it runs and its worker's concurrency."""
+    if scenario in EXTRA:
+        return EXTRA[scenario]
+    if scenario == "before":
+        return "unlimited", "before", CONCURRENCY
+    return scenario, "this", CONCURRENCY
 
 
 def server_dsn(dsn: str, database: str) -> str:
@@ -53,8 +76,11 @@ def server_dsn(dsn: str, database: str) -> str:
 
 
 def code_env(scenario: str, before: str) -> dict[str, str]:
+    """``before`` is "BEFORE_DIR[:VARIANT_DIR]"."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = before if scenario == "before" else str(REPO)
+    before_dir, _, variant_dir = before.partition(":")
+    code = setup(scenario)[1]
+    env["PYTHONPATH"] = {"before": before_dir, "variant": variant_dir}.get(code, str(REPO))
     return env
 
 
@@ -75,6 +101,7 @@ def prepare(dsn: str, scenario: str, jobs: int, rate: int) -> None:
     """(child) Migrate, declare nothing, add the jobs; limits go on the queue row."""
     from portqueue import PortQueue
 
+    scenario = setup(scenario)[0]
     with PortQueue(dsn) as pq:
         pq.migrate()
         entries: list[dict[str, Any]] = [{"data": {"n": n}} for n in range(jobs)]
@@ -94,7 +121,7 @@ def prepare(dsn: str, scenario: str, jobs: int, rate: int) -> None:
         conn.execute("VACUUM (ANALYZE)")
 
 
-def work(dsn: str, jobs: int) -> None:
+def work(dsn: str, jobs: int, concurrency: int) -> None:
     """(child) A worker until every job of the queue is finished."""
     from portqueue import AsyncPortQueue
 
@@ -104,7 +131,7 @@ def work(dsn: str, jobs: int) -> None:
         async def handler(job: Any) -> None:
             return None
 
-        apq.create_queue(queue=QUEUE, handler=handler, concurrency=CONCURRENCY)
+        apq.create_queue(queue=QUEUE, handler=handler, concurrency=concurrency)
         await apq.start(maintenance=False, scheduler=False)
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
             while True:
@@ -125,9 +152,10 @@ def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str) -> dict[
         conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DATABASE}")
     bench = server_dsn(dsn, DATABASE)
-    n = rate * 5 if scenario == "rate" else jobs
+    n = rate * 5 if setup(scenario)[0] == "rate" else jobs
     child("prepare", scenario, bench, before, "--jobs", str(n), "--rate", str(rate))
-    child("work", scenario, bench, before, "--jobs", str(n))
+    child("work", scenario, bench, before, "--jobs", str(n),
+          "--concurrency", str(setup(scenario)[2]))
     with psycopg.connect(bench) as conn:
         first, last, done = conn.execute(
             "SELECT min(started_at), max(finished_at), count(*) FILTER "
@@ -138,7 +166,7 @@ def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str) -> dict[
     seconds = (last - first).total_seconds()
     result: dict[str, Any] = {"scenario": scenario, "jobs": n, "seconds": seconds,
                               "rate": n / seconds}
-    if scenario == "rate":
+    if setup(scenario)[0] == "rate":
         # Starts after the first window, per second of the windows they span.
         later = [float(s) for s in starts if float(s) >= float(starts[0]) + 1]
         result["start_rate"] = len(later) / max(1.0, float(later[-1]) - float(starts[0]))
@@ -153,41 +181,61 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--before", default="", help="a checkout of the base commit")
+    parser.add_argument("--variant", default="", help="a checkout with one change left out")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--role", choices=["measure", "prepare", "work"], default="measure")
     parser.add_argument("--scenario", default="")
+    parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
     args = parser.parse_args()
     if args.role == "prepare":
         return prepare(args.dsn, args.scenario, args.jobs, args.rate)
     if args.role == "work":
-        return work(args.dsn, args.jobs)
+        return work(args.dsn, args.jobs, args.concurrency)
     chosen = args.scenarios.split(",")
-    if "before" in chosen and not args.before:
+    if any(setup(name)[1] == "before" for name in chosen) and not args.before:
         parser.error("--before DIR is needed for the 'before' scenario")
+    if any(setup(name)[1] == "variant" for name in chosen) and not args.variant:
+        parser.error("--variant DIR is needed for the 'variant_*' scenarios")
+    code = f"{args.before}:{args.variant}"
     runs: list[dict[str, dict[str, Any]]] = []
     for run in range(args.runs):
         order = chosen[run % len(chosen):] + chosen[:run % len(chosen)]
         results = {}
         for scenario in order:
-            results[scenario] = measure(args.dsn, scenario, args.jobs, args.rate, args.before)
+            results[scenario] = measure(args.dsn, scenario, args.jobs, args.rate, code)
             print(f"run {run + 1} {scenario}: {results[scenario]['rate']:,.0f} jobs/s"
                   + (f", start rate {results[scenario]['start_rate']:.1f}/s"
-                     if scenario == "rate" else ""), flush=True)
+                     if setup(scenario)[0] == "rate" else ""), flush=True)
         runs.append(results)
     ratios: dict[str, list[float]] = {}
     for results in runs:
         for name, (top, bottom) in {"unlimited/before": ("unlimited", "before"),
                                     "global100/unlimited": ("global100", "unlimited"),
-                                    "partition50/unlimited": ("partition50", "unlimited")}.items():
+                                    "partition50/unlimited": ("partition50", "unlimited"),
+                                    "partition50/unlimited50": ("partition50", "unlimited50"),
+                                    "before_global100/before": ("before_global100", "before"),
+                                    "before_partition50/before": ("before_partition50",
+                                                                  "before"),
+                                    "global100/before_global100": ("global100",
+                                                                   "before_global100"),
+                                    "partition50/before_partition50": ("partition50",
+                                                                       "before_partition50"),
+                                    "global100/variant_global100": ("global100",
+                                                                    "variant_global100"),
+                                    "partition50/variant_partition50": ("partition50",
+                                                                        "variant_partition50"),
+                                    }.items():
             if top in results and bottom in results:
                 ratios.setdefault(name, []).append(
                     results[top]["rate"] / results[bottom]["rate"])
     for name, values in ratios.items():
         print(f"{name}: median {statistics.median(values):.3f} "
               f"(runs: {', '.join(f'{v:.3f}' for v in values)})")
-    rates = [r["rate"]["start_rate"] for r in runs if "rate" in r]
-    if rates:
-        print(f"rate limit {args.rate}/s: start rate median {statistics.median(rates):.1f}/s")
+    for name in ("rate", "before_rate"):
+        rates = [r[name]["start_rate"] for r in runs if name in r]
+        if rates:
+            print(f"{name}: limit {args.rate}/s, start rate median "
+                  f"{statistics.median(rates):.1f}/s")
     RESULTS.mkdir(exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"flow-control-{stamp}.json"

@@ -72,6 +72,11 @@ def reap_workers(q: Queries, *, limit: int, min_silence_seconds: float,
              default_lease_seconds=default_lease_seconds)
 
 
+def prune_throttle_windows(q: Queries, *, limit: int) -> Query:
+    """Up to ``limit`` ended throttle windows, deleted (oldest first)."""
+    return q("prune_throttle_windows", limit=limit)
+
+
 # --- prune ---
 
 

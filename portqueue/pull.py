@@ -20,7 +20,7 @@ from typing import Any
 from portqueue import parsing, validation
 from portqueue import worker_operations as ops
 from portqueue.control import Cancel, Snooze
-from portqueue.driver import Operation, sqlstate
+from portqueue.driver import Operation, Rows, sqlstate
 from portqueue.errors import InvalidArgument
 from portqueue.operations import PATTERN_REFUSALS, retry_policy_of
 from portqueue.queries import Batch, Queries
@@ -54,6 +54,13 @@ class ClientVerdicts:
         self._verdicts = PatternVerdicts(instance_key)
         self._lock = threading.Lock()
         self.instance_key = instance_key
+        # The queues its claims found limited (SPEC §8), claimed the limited
+        # way; rebuilt on a change, never mutated, so safe to hand out.
+        self.limited: frozenset[str] = frozenset()
+
+    def set_limited(self, queue: str, limited: bool) -> None:
+        with self._lock:
+            self.limited = (self.limited | {queue}) if limited else (self.limited - {queue})
 
     def claim_params(self) -> dict[str, list[str]]:
         # The lists are rebuilt on a change, never mutated: safe to hand out.
@@ -92,20 +99,10 @@ def fetch(settings: Settings, verdicts: ClientVerdicts, consumer_id: str, queue:
     wanted = validation.integer("limit", limit, minimum=1, maximum=MAX_FETCH)
     seconds = _lease_seconds(lease_seconds)
     q = settings.queries
-    # A queue with a flow-control limit is claimed as the worker claims it:
-    # its row locked first, then the limited claim (the plain claim passes
-    # over limited queues).
-    limited = bool(ops.limited_queues((yield ops.queue_limits(q, [name]))))
     claimed: list[dict[str, Any]] = []
     for _ in range(MAX_CLAIM_ROUNDS):
         slots = wanted - len(claimed)
-        if limited:
-            yield ops.lock_limited_queue(q, name)
-            rows = yield ops.claim_limited(q, queue=name, slots=slots, lease_seconds=seconds,
-                                           worker_id=consumer_id, **verdicts.claim_params())
-        else:
-            rows = yield ops.claim(q, slots={name: slots}, lease_seconds={name: seconds},
-                                   worker_id=consumer_id, **verdicts.claim_params())
+        rows = yield from _claim(q, verdicts, consumer_id, name, slots, seconds)
         claimed.extend(row for row in rows if row["status"] == "active")
         if len(claimed) >= wanted:
             break
@@ -143,6 +140,30 @@ def fetch(settings: Settings, verdicts: ClientVerdicts, consumer_id: str, queue:
         lease_token=row["lease_token"],
         lease_expires_at=leased[row["id"]]["lease_expires_at"].astimezone(timezone.utc),
     ) for row in claimed]
+
+
+def _claim(q: Queries, verdicts: ClientVerdicts, consumer_id: str, queue: str, slots: int,
+           lease_seconds: int) -> Operation[Rows]:
+    """One claim of ``queue``, as the worker claims it (``ops.claims``): the
+    plain claim, or, for a queue the client knows to be limited, its lock and
+    the limited claim. A claim that finds the queue's limits changed says so,
+    and the client claims it the other way from then on (at once, for a
+    queue the plain claim passed over): a fetch of a queue without limits
+    runs no statement for them."""
+    rows: Rows = []
+    for _ in range(2):
+        (transaction,) = ops.claims(
+            q, slots={queue: slots}, lease_seconds={queue: lease_seconds},
+            limited=verdicts.limited, worker_id=consumer_id, **verdicts.claim_params())
+        for query in transaction:
+            rows = yield query
+        statuses = {row["status"] for row in rows}
+        if ops.UNLIMITED in statuses:
+            verdicts.set_limited(queue, False)
+        if ops.LIMITED not in statuses:
+            break
+        verdicts.set_limited(queue, True)
+    return [row for row in rows if row["status"] not in (ops.LIMITED, ops.UNLIMITED)]
 
 
 def _claim_order(row: Mapping[str, Any]) -> tuple[int, datetime, int]:

@@ -10,7 +10,7 @@ a ``*_rows`` function beside it does that. The worker's parts
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,17 +171,6 @@ def declare_queue_limits(q: Queries, queue: str, declared: Mapping[str, Any]) ->
     return operations.set_queue_limits_query(q, queue, **declared)
 
 
-def queue_limits(q: Queries, queues: Sequence[str]) -> Query:
-    return q("queue_limits", queues=list(queues))
-
-
-def limited_queues(rows: Rows) -> dict[str, tuple[Any, ...]]:
-    """Each limited queue and its limits (compared to notice a change)."""
-    return {str(row["name"]): (row["global_concurrency"], row["partition_concurrency"],
-                               row["rate_limit"], row["rate_limit_period_seconds"],
-                               row["rate_limit_per_partition"]) for row in rows}
-
-
 def lock_limited_queue(q: Queries, queue: str) -> Query:
     """The first statement of a limited claim's transaction (see claim_limited)."""
     return q("lock_limited_queue", queue=queue)
@@ -201,6 +190,34 @@ def claim_limited(q: Queries, *, queue: str, slots: int, lease_seconds: int,
 # The status of claim_limited's row saying when the rate lets a job start
 # next: its data_json is the number of seconds until then.
 RATE_LIMITED = "rate_limited"
+# The status of claim's row naming a queue it passed over for its limits, and
+# of claim_limited's naming a queue that has none any more: claim it the
+# other way from then on. Neither is a job.
+LIMITED = "limited"
+UNLIMITED = "unlimited"
+
+
+def claims(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, int],
+           limited: Collection[str], matching_patterns: Sequence[str],
+           refused_patterns: Sequence[str], worker_id: str) -> list[list[Query]]:
+    """The statements claiming up to ``slots[queue]`` of each queue, one list per
+    transaction, the rows of each list's last statement being the claim's:
+    first the plain claim of every queue not in ``limited`` (one statement),
+    then, for each queue in ``limited``, its lock and ``claim_limited``. The one
+    place the choice is made, for the worker and for ``fetch_jobs``."""
+    plain = {name: n for name, n in slots.items() if name not in limited}
+    patterns = {"matching_patterns": matching_patterns, "refused_patterns": refused_patterns}
+    transactions = []
+    if plain:
+        transactions.append([claim(q, slots=plain, lease_seconds=lease_seconds,
+                                   worker_id=worker_id, **patterns)])
+    for name, n in slots.items():
+        if name in limited:
+            transactions.append([
+                lock_limited_queue(q, name),
+                claim_limited(q, queue=name, slots=n, lease_seconds=lease_seconds[name],
+                              worker_id=worker_id, **patterns)])
+    return transactions
 
 
 # --- the listener ---

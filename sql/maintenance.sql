@@ -399,3 +399,23 @@ DELETE FROM {schema}.worker AS w
 USING dead
 WHERE w.id = dead.id
 RETURNING w.id;
+
+-- name: prune_throttle_windows
+-- Throttle windows that have ended (SPEC §8): a key's next add starts a new
+-- window whether or not the old row is there, so a row past its end only
+-- takes space (keys never used again would keep theirs forever). Oldest
+-- first from throttle_window_ends_idx; SKIP LOCKED passes over a row an add
+-- is renewing right now, and the DELETE re-checks the locked row, so a
+-- window renewed meanwhile is kept.
+WITH ended AS (
+    SELECT t.queue, t.key
+    FROM {schema}.throttle_window AS t
+    WHERE t.window_ends_at <= now()
+    ORDER BY t.window_ends_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.throttle_window AS t
+USING ended
+WHERE t.queue = ended.queue AND t.key = ended.key AND t.window_ends_at <= now()
+RETURNING t.key;

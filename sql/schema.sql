@@ -224,6 +224,7 @@ CREATE INDEX queue_start_idx ON portqueue.queue_start USING btree (queue, starte
 CREATE INDEX schedule_due_idx ON portqueue.schedule USING btree (next_run_at) WHERE enabled;
 CREATE UNIQUE INDEX schedule_idempotency_key_uq ON portqueue.schedule USING btree (queue, idempotency_key) WHERE (idempotency_key IS NOT NULL);
 CREATE INDEX schedule_queue_idx ON portqueue.schedule USING btree (queue, created_at DESC);
+CREATE INDEX throttle_window_ends_idx ON portqueue.throttle_window USING btree (window_ends_at);
 CREATE INDEX worker_last_seen_idx ON portqueue.worker USING btree (last_seen_at);
 
 -- Functions
@@ -256,6 +257,16 @@ BEGIN
     PERFORM pg_notify(TG_TABLE_SCHEMA || '.job', q.queue)
     FROM (SELECT DISTINCT queue FROM added
           WHERE status = 'pending' AND start_after <= now()) AS q;
+    RETURN NULL;
+END
+$function$;
+
+CREATE OR REPLACE FUNCTION portqueue.notify_queue_limits_changed()
+ RETURNS trigger
+ LANGUAGE plpgsql
+AS $function$
+BEGIN
+    PERFORM pg_notify(TG_TABLE_SCHEMA || '.job', NEW.name);
     RETURN NULL;
 END
 $function$;
@@ -555,9 +566,10 @@ CREATE TRIGGER job_pending_notify AFTER UPDATE OF status ON portqueue.job FOR EA
 CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON portqueue.job FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION portqueue.settle_dependents();
 CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.has_dependents AND old.status IS DISTINCT FROM new.status) EXECUTE FUNCTION portqueue.settle_dependents();
 CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (old.limited AND old.status = 'active'::portqueue.job_status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.notify_job_pending();
+CREATE TRIGGER queue_limits_changed_notify AFTER UPDATE ON portqueue.queue FOR EACH ROW WHEN (old.global_concurrency IS DISTINCT FROM new.global_concurrency OR old.partition_concurrency IS DISTINCT FROM new.partition_concurrency OR old.rate_limit IS DISTINCT FROM new.rate_limit OR old.rate_limit_period_seconds IS DISTINCT FROM new.rate_limit_period_seconds OR old.rate_limit_per_partition IS DISTINCT FROM new.rate_limit_per_partition) EXECUTE FUNCTION portqueue.notify_queue_limits_changed();
 
 -- The revision migrate() reads to know the schema is current.
 
-INSERT INTO portqueue.alembic_version (version_num) VALUES ('0011');
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0012');
 
 COMMIT;

@@ -123,7 +123,20 @@ SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
 WHERE c.pattern IS NOT NULL
-  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]));
+  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+UNION ALL
+-- A queue passed over for its limits says so ('limited' row): the worker
+-- claims it with claim_limited from then on, learning of a limit from the
+-- claim itself rather than by reading the queues' limits on the side.
+SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM unnest(%(queues)s::text[], %(slots)s::integer[]) AS w (queue, slots)
+WHERE w.slots > 0
+  AND EXISTS (
+      SELECT FROM {schema}.queue AS q
+      WHERE q.name = w.queue
+        AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
+             OR q.rate_limit IS NOT NULL));
 
 -- name: complete_jobs
 -- Fenced, batched completions. status is 'completed', or 'cancelled' for a
@@ -320,19 +333,6 @@ UPDATE {schema}.job
 SET start_after = now()
 WHERE queue = ANY (%(queues)s::text[]) AND status = 'pending' AND start_after > now();
 
--- name: queue_limits
--- Which of a worker's queues have a flow-control limit, and the limits
--- themselves (a change makes the worker claim the queue again): read at
--- start and about once a second, so set_queue_limits takes effect within
--- that. The plain claim passes over limited queues whatever the worker
--- believes, so a stale answer here costs claims, never a limit.
-SELECT q.name, q.global_concurrency, q.partition_concurrency, q.rate_limit,
-       q.rate_limit_period_seconds, q.rate_limit_per_partition
-FROM {schema}.queue AS q
-WHERE q.name = ANY (%(queues)s::text[])
-  AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
-       OR q.rate_limit IS NOT NULL);
-
 -- name: lock_limited_queue
 -- The first statement of a limited claim's transaction: claims of one
 -- limited queue take turns on its row, so each counts what the one before
@@ -510,7 +510,18 @@ SELECT NULL, %(queue)s, 'rate_limited',
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
-  AND (SELECT count(*) FROM claimed) < %(slots)s;
+  AND (SELECT count(*) FROM claimed) < %(slots)s
+UNION ALL
+-- A queue that no longer has a limit says so ('unlimited' row; no limit
+-- capped the budget, so its jobs were claimed as usual): the worker claims it
+-- with claim from then on.
+SELECT NULL, %(queue)s, 'unlimited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (
+    SELECT FROM {schema}.queue AS q
+    WHERE q.name = %(queue)s
+      AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
+           OR q.rate_limit IS NOT NULL));
 
 -- fragment: claimable
 -- What a claim takes of its candidates (alias candidates: id, pattern): no

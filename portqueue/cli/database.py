@@ -28,9 +28,11 @@ from portqueue.migrate import head_revision, migrate, migration_sql
 
 # What each maintenance service did, for people (``prune --json`` keeps the keys).
 SERVICE_RESULTS = {"rescuer": "lapsed leases rescued", "expirer": "jobs expired",
-                   "pruner": "finished jobs pruned", "reaper": "dead workers forgotten"}
+                   "pruner": "finished jobs pruned", "reaper": "dead workers forgotten",
+                   "throttles": "ended throttle windows forgotten"}
 SERVICE_STEPS = {"rescuer": "rescuing lapsed leases", "expirer": "expiring jobs",
-                 "pruner": "pruning finished jobs", "reaper": "forgetting dead workers"}
+                 "pruner": "pruning finished jobs", "reaper": "forgetting dead workers",
+                 "throttles": "forgetting ended throttle windows"}
 
 
 @app.command("migrate")

@@ -39,10 +39,11 @@ def _maintenance(settings: Settings, pool: AsyncConnectionPool[Any],
     from portqueue.maintenance.pruner import Pruner
     from portqueue.maintenance.reaper import Reaper
     from portqueue.maintenance.rescuer import Rescuer
+    from portqueue.maintenance.throttles import ThrottlePruner
 
     # Rescue and expire before pruning: both finish jobs the pruner may then take.
     return [Rescuer(settings, pool, on_rescued=on_rescued), Expirer(settings, pool),
-            Pruner(settings, pool), Reaper(settings, pool)]
+            Pruner(settings, pool), Reaper(settings, pool), ThrottlePruner(settings, pool)]
 
 
 def maintenance_services(settings: Settings, pool: AsyncConnectionPool[Any],
@@ -71,7 +72,8 @@ def run_pass(
     """Run one pass of every maintenance service; returns how many rows each handled.
 
     Keys: ``rescuer`` (lapsed leases rescued), ``expirer`` (jobs expired),
-    ``pruner`` (finished jobs deleted), ``reaper`` (dead worker rows deleted).
+    ``pruner`` (finished jobs deleted), ``reaper`` (dead worker rows deleted),
+    ``throttles`` (ended throttle windows deleted).
     ``default_retention_seconds`` (default 7 days) and ``default_retention``
     (per-outcome ttls and count caps) should match the workers' clients. A
     service another process is running right now is skipped (it reports 0):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -51,8 +52,12 @@ CLOSING_ATTEMPTS = 5
 
 class Completer:
     def __init__(self, connections: Connections, queries: Queries, events: EventDispatch,
-                 worker_id: str, backlog_cap: int) -> None:
+                 worker_id: str, backlog_cap: int,
+                 freed: Callable[[set[str]], None] = lambda queues: None) -> None:
         self._connections = connections
+        # Told the queues of each batch of outcomes once it has committed:
+        # their jobs' slots are free in the database from then on.
+        self._freed = freed
         self.q = queries
         self._events = events
         self._worker_id = worker_id
@@ -205,12 +210,14 @@ class Completer:
     def _report(self, batch: list[Outcome], written: set[str]) -> None:
         events: dict[str, list[str]] = {}
         errors: dict[str, dict[str, Any]] = {}
+        queues: set[str] = set()
         for outcome in batch:
             claimed = outcome.running.claimed
             if claimed.id not in written:
                 log.warning("job %s on %r: lease lost; its outcome was refused", claimed.id,
                             claimed.queue)
                 continue
+            queues.add(claimed.queue)
             if isinstance(outcome, Snoozed):  # no event: the job has not finished
                 log.info("job %s on %r snoozed for %s s", claimed.id, claimed.queue,
                          outcome.seconds)
@@ -223,6 +230,8 @@ class Completer:
             events.setdefault(event, []).append(claimed.id)
         for event, job_ids in events.items():
             self._events.emit_later(event, job_ids, errors)
+        if queues:
+            self._freed(queues)
 
     @staticmethod
     def _event_of(outcome: Outcome) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import psycopg
@@ -18,6 +18,7 @@ import psycopg
 from portqueue import worker_operations as ops
 from portqueue.driver import fetch_async
 from portqueue.metrics import hooks
+from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.connections import Connections
 from portqueue.worker.demand import Demand
@@ -49,7 +50,7 @@ class Fetcher:
         self._start = start
         self._started = started
         self._patterns = PatternVerdicts(settings.instance_key)
-        self._limits = Limits(settings.queries, list(queues), demand)
+        self._limits = Limits(demand)
         # Held from a claim until its runners exist: stop() takes it before
         # draining, so a claim in flight commits and starts its jobs first
         # (otherwise they would stay active, never run, until their leases
@@ -88,22 +89,10 @@ class Fetcher:
                 await self._stopping.wait_for(self._room, None)
                 continue
             demand.changed.clear()
-            if loop.time() >= self._limits.next_refresh:
-                try:
-                    await self._refresh_limits()
-                except psycopg.Error as exc:
-                    # A new session next time; the claim, which meets the same
-                    # trouble, logs it and backs off.
-                    log.debug("worker %s: reading queue limits failed: %s", self._worker_id,
-                              exc)
-                    await self.close()
             if not demand.ready():
                 # Nothing to claim until a NOTIFY names a queue with a free
-                # slot, a backlogged queue frees one, or the poll is due (or
-                # the limits are to be read again).
-                wait = min(next_poll, self._limits.next_refresh) - loop.time()
-                if loop.time() >= self._limits.next_refresh:
-                    continue
+                # slot, a backlogged queue frees one, or the poll is due.
+                wait = next_poll - loop.time()
                 if wait > 0:
                     await self._stopping.wait_for(demand.changed, wait)
                     continue
@@ -147,37 +136,43 @@ class Fetcher:
                         claimed[name] = min(claimed[name], asked[name] - 1)
             demand.claimed(asked, claimed)
 
-    async def _refresh_limits(self) -> None:
-        async with self._connections.claims.use() as conn:
-            await self._connections.within(conn, self._limits.refresh(conn))
+    def freed(self, queues: Iterable[str]) -> None:
+        """Outcomes of these queues' jobs committed (the completer)."""
+        self._limits.freed(queues)
 
     async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
-        """One claim outside the loop (drain): its jobs start as the loop's do.
-        The limits are read first: without the loop nothing else reads them,
-        and the plain claim passes over a limited queue."""
-        await self._refresh_limits()
+        """One claim outside the loop (drain): its jobs start as the loop's do."""
         async with self.claiming:
             return await self._claim(asked)
+
+    def _transactions(self, asked: Mapping[str, int]) -> list[list[Query]]:
+        return ops.claims(
+            self._settings.queries, slots=asked,
+            lease_seconds={name: self._queues[name].lease_seconds for name in asked},
+            limited=self._limits.queues, worker_id=self._worker_id,
+            **self._patterns.claim_params())
 
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
         """Claim up to ``asked`` slots per queue and start what was claimed;
         returns every row (expired ones included: they used a slot)."""
-        plain = {name: slots for name, slots in asked.items()
-                 if not self._limits.limited(name)}
         rows: list[Claimed] = []
         async with self._connections.claims.use() as conn:
-            if plain:
-                query = ops.claim(
-                    self._settings.queries, slots=plain,
-                    lease_seconds={name: self._queues[name].lease_seconds for name in plain},
-                    worker_id=self._worker_id, **self._patterns.claim_params())
-                rows = await self._connections.within(
-                    conn, fetch_async(conn, query, Claimed.rows))
-            for name, slots in asked.items():
-                if name not in plain:
-                    rows += await self._connections.within(conn, self._limits.claim(
-                        conn, name, slots, self._queues[name].lease_seconds,
-                        self._patterns.claim_params(), self._worker_id))
+            transactions = self._transactions(asked)
+            while transactions:
+                turned: list[str] = []
+                for transaction in transactions:
+                    if len(transaction) == 1:  # the plain claim
+                        got = await self._connections.within(
+                            conn, fetch_async(conn, transaction[0], Claimed.rows))
+                    else:
+                        got = await self._connections.within(
+                            conn, self._limits.claim(conn, transaction))
+                    jobs, limited = self._limits.learn(got)
+                    rows += jobs
+                    turned += limited
+                # Queues the plain claim passed over for their limits: claimed
+                # the limited way now, not at their next wake-up.
+                transactions = self._transactions({name: asked[name] for name in turned})
             await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
         traced = hooks.tracing_on()
         started = []

@@ -426,3 +426,17 @@ DELETE FROM "portqueue".worker AS w
 USING dead
 WHERE w.id = dead.id
 RETURNING w.id;
+
+-- name: prune_throttle_windows
+WITH ended AS (
+    SELECT t.queue, t.key
+    FROM "portqueue".throttle_window AS t
+    WHERE t.window_ends_at <= now()
+    ORDER BY t.window_ends_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM "portqueue".throttle_window AS t
+USING ended
+WHERE t.queue = ended.queue AND t.key = ended.key AND t.window_ends_at <= now()
+RETURNING t.key;

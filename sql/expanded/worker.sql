@@ -112,7 +112,17 @@ SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL, NULL, NULL
 FROM candidates AS c
 WHERE c.pattern IS NOT NULL
-  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]));
+  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+UNION ALL
+SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM unnest(%(queues)s::text[], %(slots)s::integer[]) AS w (queue, slots)
+WHERE w.slots > 0
+  AND EXISTS (
+      SELECT FROM "portqueue".queue AS q
+      WHERE q.name = w.queue
+        AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
+             OR q.rate_limit IS NOT NULL));
 
 -- name: complete_jobs
 WITH d AS MATERIALIZED (
@@ -254,14 +264,6 @@ RETURNING j.id;
 UPDATE "portqueue".job
 SET start_after = now()
 WHERE queue = ANY (%(queues)s::text[]) AND status = 'pending' AND start_after > now();
-
--- name: queue_limits
-SELECT q.name, q.global_concurrency, q.partition_concurrency, q.rate_limit,
-       q.rate_limit_period_seconds, q.rate_limit_per_partition
-FROM "portqueue".queue AS q
-WHERE q.name = ANY (%(queues)s::text[])
-  AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
-       OR q.rate_limit IS NOT NULL);
 
 -- name: lock_limited_queue
 SELECT q.name FROM "portqueue".queue AS q WHERE q.name = %(queue)s FOR NO KEY UPDATE;
@@ -426,7 +428,15 @@ SELECT NULL, %(queue)s, 'rate_limited',
        NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM limits AS l
 WHERE l.rate_limit IS NOT NULL
-  AND (SELECT count(*) FROM claimed) < %(slots)s;
+  AND (SELECT count(*) FROM claimed) < %(slots)s
+UNION ALL
+SELECT NULL, %(queue)s, 'unlimited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL, NULL
+WHERE NOT EXISTS (
+    SELECT FROM "portqueue".queue AS q
+    WHERE q.name = %(queue)s
+      AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
+           OR q.rate_limit IS NOT NULL));
 
 -- name: queue_peers
 SELECT queue, rank, workers FROM (

@@ -75,7 +75,7 @@ def test_workers_start_every_service(pg_dsn: str, schema: str) -> None:
     settings = settings_for(pg_dsn, schema)
     pool = service_pool(pg_dsn)
     assert [s.name for s in maintenance_services(settings, pool)] == [
-        "rescuer", "expirer", "pruner", "reaper"]
+        "rescuer", "expirer", "pruner", "reaper", "throttles"]
     assert [s.name for s in scheduler_services(settings, pool)] == ["scheduler"]
 
 
@@ -298,12 +298,12 @@ def test_run_pass_reports_what_each_service_did(
     insert_worker(db, schema, ["q"], "1 hour")
 
     assert run_pass(pg_dsn, schema=schema) == {
-        "rescuer": 1, "expirer": 1, "pruner": 3, "reaper": 1}
+        "rescuer": 1, "expirer": 1, "pruner": 3, "reaper": 1, "throttles": 0}
     assert job_row(db, schema, lapsed)["status"] == "pending"
     # The job expired in this pass is kept for the default 7 days.
     assert job_row(db, schema, late)["status"] == "expired"
     assert run_pass(pg_dsn, schema=schema) == {
-        "rescuer": 0, "expirer": 0, "pruner": 0, "reaper": 0}
+        "rescuer": 0, "expirer": 0, "pruner": 0, "reaper": 0, "throttles": 0}
     assert run_pass(pg_dsn, schema=schema, default_retention_seconds=0)["pruner"] == 1
 
 
