@@ -33,6 +33,7 @@ from portqueue.errors import SchemaNotMigrated
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.queries import Query
 from portqueue.settings import Settings
+from portqueue.worker.admission import admit
 from portqueue.worker.completer import BACKLOG_PER_SLOT, Completer
 from portqueue.worker.connections import DEFAULT_CONNECTIONS, MIN_CONNECTIONS, Connections
 from portqueue.worker.demand import Demand
@@ -132,8 +133,8 @@ class Worker:
                                self.runners.start,
                                lambda ids: self.events.emit_later("job_started", ids))
         listens = not (self.settings.poll_only or self.for_drain)
-        if not await self.connections.admit(self.id, claims=bool(self.queues),
-                                            listener=listens, stopping=self.stopping):
+        if not await admit(self.connections, self.id, claims=bool(self.queues),
+                               listener=listens, stopping=self.stopping):
             log.info("worker %s: stopped while waiting for connections", self.id)
             self._abandoned = True
             return
