@@ -122,7 +122,9 @@ def start_workers(dsn: str, count: int, concurrency: int) -> list[subprocess.Pop
                               env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
              for n in range(count)]
     with psycopg.connect(dsn, autocommit=True) as db:
-        deadline = time.monotonic() + 60 + count
+        # Generous: on a loaded 2-core machine 16 processes took 77 s to import
+        # and register.
+        deadline = time.monotonic() + 120 + 4 * count
         while True:
             row = db.execute("SELECT count(*) FROM portqueue.worker").fetchone()
             if row is not None and row[0] >= count:

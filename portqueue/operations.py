@@ -706,7 +706,7 @@ def pause_queue(q: Queries, queue: str, mode: PauseMode) -> Operation[QueueInfo]
 
 
 def resume_queue(q: Queries, queue: str) -> Operation[QueueInfo]:
-    rows = yield q("resume_queue", queue=queue)
+    rows = yield q("resume_queue", queue=queue, job_channel=q.job_channel)
     return queue_info(rows[0])
 
 

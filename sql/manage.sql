@@ -90,11 +90,17 @@ SET paused = excluded.paused, paused_at = now(), updated_at = now()
 RETURNING {queue_info_columns};
 
 -- name: resume_queue
-INSERT INTO {schema}.queue AS q (name)
-VALUES (%(queue)s)
-ON CONFLICT (name) DO UPDATE
-SET paused = NULL, paused_at = NULL, updated_at = now()
-RETURNING {queue_info_columns};
+-- Its workers hear of it at once, as of an add: its pending jobs waited only
+-- for the resume, and would otherwise wait for each worker's next poll.
+WITH resumed AS (
+    INSERT INTO {schema}.queue AS q (name)
+    VALUES (%(queue)s)
+    ON CONFLICT (name) DO UPDATE
+    SET paused = NULL, paused_at = NULL, updated_at = now()
+    RETURNING {queue_info_columns}
+)
+SELECT resumed.*
+FROM resumed CROSS JOIN LATERAL pg_notify(%(job_channel)s, resumed.name) AS woken;
 
 -- name: remove_queue
 -- Removes a queue with no unfinished job: its row, its schedules (else they

@@ -211,14 +211,22 @@ FROM updated AS u;
 -- progress and merges their attrs, all fenced. Jobs missing from the result
 -- lost their lease; cancel_requested carries cancel requests to the worker
 -- even when their NOTIFY was missed.
+-- Pinned to the primary key as complete_jobs is (and for its reason): joined
+-- plainly, the planner scanned job_lease_idx, every running job, at every
+-- heartbeat of every worker.
+WITH h AS MATERIALIZED (
+    SELECT *
+    FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
+                                                   lease_seconds integer,
+                                                   progress double precision, attrs jsonb)
+)
 UPDATE {schema}.job AS j
 SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
     progress = coalesce(h.progress, j.progress),
     attrs = CASE WHEN h.attrs IS NULL THEN j.attrs ELSE j.attrs || h.attrs END
-FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
-                                               lease_seconds integer,
-                                               progress double precision, attrs jsonb)
-WHERE j.id = h.id AND j.lease_token = h.lease_token AND j.status = 'active'
+FROM h
+WHERE j.id = ANY (ARRAY(SELECT h.id FROM h))
+  AND j.id = h.id AND j.lease_token = h.lease_token AND j.status::text = 'active'
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: leased_jobs

@@ -11,9 +11,8 @@ batch or a maintenance pass), ``listener`` (LISTEN), and ``handler``
 
 The worker's own connections are a budget (``connections``, default 3): the
 listener, the claim session, and the pool gets the rest (one more without
-the listener, with ``poll_only``). A worker that cannot get them all at
-start (the server is full) holds none while it waits: two workers each
-holding part of what they need would otherwise wait on each other forever.
+the listener, with ``poll_only``); ``admission.py`` opens them at start, all
+or none.
 
 Every statement on the worker's own roles has a deadline twice over: the
 server's ``statement_timeout`` for the role, and a client-side one a little
@@ -31,20 +30,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import AsyncConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool
 
-from portqueue.availability import is_unavailable, server_full, session_lost
+from portqueue.availability import is_unavailable, session_lost
 from portqueue.driver import AsyncCursorKeepingConnection, execute_async
 from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.sessions import Session
-from portqueue.worker.stopping import Stopping
 
 log = logging.getLogger("portqueue.worker")
 
@@ -54,15 +51,6 @@ T = TypeVar("T")
 # the listener, the claim session and a pool of one.
 DEFAULT_CONNECTIONS = 3
 MIN_CONNECTIONS = 3
-# Waiting for a full server at start: the delay doubles up to this, jittered
-# so that workers started together do not all retry at the same instant.
-ADMISSION_MAX_SECONDS = 10.0
-# How long a worker keeps trying at start when connecting fails for another
-# reason (no server yet, a wrong password) before start() raises.
-START_SECONDS = 30.0
-# How long the pool may take to open its first connection during admission
-# before the attempt counts as "the server is full" and starts over.
-POOL_OPEN_SECONDS = 5.0
 # The longest a statement may run, per role, server-side (statement_timeout).
 # The maintenance services set their own, per transaction.
 STATEMENT_SECONDS = {"worker": 30.0, "fetcher": 10.0, "listener": 10.0}
@@ -151,68 +139,10 @@ class Connections:
     async def open(self) -> None:
         await self.pool.open(wait=True, timeout=30)
 
-    async def admit(self, worker_id: str, *, claims: bool, listener: bool,
-                    stopping: Stopping) -> bool:
-        """Open the claim session, the LISTEN session and the pool (those the
-        worker needs), all or none. While the server has no connection free
-        (server_full) the worker waits, says so once, and tries again with
-        backoff; another failure (no server yet, a wrong password) is retried
-        for START_SECONDS, as a pool would, then raised. False if stop was
-        requested while waiting (nothing is open then)."""
-        waited_since: float | None = None
-        failures = 0
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        while True:
-            try:
-                if claims:
-                    await self.claims.connect()
-                if listener:
-                    self.first_listener = await self.connect("listener")
-                # The pool retries a refused connect by itself, logging each
-                # try, and its PoolTimeout says neither why nor soon: a direct
-                # connect first answers at once (the slot it frees is the
-                # pool's, barring another process taking it meanwhile).
-                await self.discard(await self.connect("worker"))
-                await self.pool.open(wait=True, timeout=POOL_OPEN_SECONDS)
-            except (psycopg.Error, PoolTimeout) as exc:
-                await self._close_admitted()
-                failures += 1
-                delay = min(0.5 * 2 ** failures, ADMISSION_MAX_SECONDS)
-                if server_full(exc, reached=self.reached) or isinstance(exc, PoolTimeout):
-                    if waited_since is None:
-                        waited_since = loop.time()
-                        log.warning(
-                            "worker %s: the database has no connection free for it (%s); "
-                            "waiting for %d, retrying every %.0f s at most", worker_id,
-                            one_line(exc), self.budget, ADMISSION_MAX_SECONDS)
-                    # Jittered: workers refused together do not retry together.
-                    delay *= random.uniform(0.5, 1.0)
-                else:
-                    left = START_SECONDS - (loop.time() - started)
-                    if left <= 0:
-                        raise
-                    delay = min(delay, left)
-                    # Each try is said: an operator watching a worker that
-                    # cannot reach its database sees why, and for how long.
-                    log.warning("worker %s: could not connect to the database (%s); "
-                                "retrying in %.1f s, for %.0f s more", worker_id,
-                                one_line(exc), delay, left)
-                await stopping.sleep(delay)
-                if stopping():
-                    return False
-                continue
-            if waited_since is not None:
-                log.info("worker %s: got its connections after waiting %.0f s", worker_id,
-                         loop.time() - waited_since)
-            return True
-
-    async def _close_admitted(self) -> None:
-        await self.claims.close()
-        listening, self.first_listener = self.first_listener, None
-        await self.discard(listening)
-        await self.pool.close(timeout=1.0)
-        # A closed pool cannot be opened again.
+    async def close_all(self) -> None:
+        """Close what admission opened, and start a new pool (a closed pool
+        cannot be opened again)."""
+        await self.close()
         self.pool = self._new_pool()
 
     async def close(self) -> None:

@@ -94,6 +94,7 @@ class Heartbeat:
             raise
         alive = ops.touched(rows)
         for running in touched:
+            running.report.confirm()
             job_id = running.claimed.id
             if job_id not in alive:
                 if not running.settled:

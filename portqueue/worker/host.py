@@ -41,28 +41,37 @@ def run_until_stopped(main: Coroutine[Any, Any, None]) -> None:
     end asyncio.run cancels the tasks still running and waits for every one of
     them, so an async handler that swallows its cancellation would keep the
     stopped worker's process alive for as long as it likes (forever, if it
-    loops). Here leftovers get LEFTOVER_TASK_SECONDS, then are abandoned with
-    a warning (the worker has released their jobs and closed their
-    connections), and the process goes on to exit."""
+    loops). Here leftovers get LEFTOVER_TASK_SECONDS (``end_leftovers``), then
+    are abandoned with a warning (the worker has released their jobs and
+    closed their connections), and the process goes on to exit."""
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     try:
         loop.run_until_complete(main)
     finally:
         try:
-            leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
-            for task in leftovers:
-                task.cancel()
-            if leftovers:
-                loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TASK_SECONDS))
-            stuck = [task for task in leftovers if not task.done()]
-            if stuck:
-                log.warning("%d task(s) still running after the worker stopped (a handler "
-                            "ignoring its cancellation); exiting without them", len(stuck))
-            loop.run_until_complete(loop.shutdown_asyncgens())
+            end_leftovers(loop)
         finally:
             asyncio.set_event_loop(None)
             loop.close()
+
+
+def end_leftovers(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still pending on a stopped worker's loop and give them
+    LEFTOVER_TASK_SECONDS, before the loop closes. Without it the runner of a
+    sync handler that outlived the grace period (its job released, its thread
+    still running) stayed pending on the closed loop, and Python later said
+    "Task was destroyed but it is pending!" wherever the collector found it."""
+    leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        loop.run_until_complete(asyncio.wait(leftovers, timeout=LEFTOVER_TASK_SECONDS))
+    stuck = [task for task in leftovers if not task.done()]
+    if stuck:
+        log.warning("%d task(s) still running after the worker stopped (a handler "
+                    "ignoring its cancellation); exiting without them", len(stuck))
+    loop.run_until_complete(loop.shutdown_asyncgens())
 
 
 class AsyncWorkerHost:
@@ -147,7 +156,10 @@ class ThreadWorkerHost:
         try:
             self.loop.run_until_complete(self._serve())
         finally:
-            self.loop.close()
+            try:
+                end_leftovers(self.loop)
+            finally:
+                self.loop.close()
 
     async def _serve(self) -> None:
         self._stopped = asyncio.Event()

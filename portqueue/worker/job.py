@@ -29,18 +29,48 @@ MAX_ATTRS_BYTES = 64 * 1024
 
 
 class JobReport:
-    """Progress and attrs waiting for the next touch; written by handler threads."""
+    """Progress and attrs waiting for the next touch; written by handler threads.
+
+    What a touch took stays *unconfirmed* until that touch is written: the
+    settling write (``last``) carries it too. A touch waits its turn on the
+    claim session, so the job's completion, on the pool, can commit first,
+    and then the touch's fence (status 'active') drops what it carried: the
+    job would end without the progress its handler reported last.
+    """
 
     def __init__(self, notify: Callable[[], None]) -> None:
         self.progress: float | None = None
         self.attrs: dict[str, Any] | None = None
+        self._unconfirmed: tuple[float | None, dict[str, Any] | None] = (None, None)
         self._notify = notify
         self._lock = threading.Lock()
 
     def take(self) -> tuple[float | None, dict[str, Any] | None]:
+        """For a touch: what is new since the last one."""
         with self._lock:
             progress, attrs = self.progress, self.attrs
             self.progress, self.attrs = None, None
+            before_progress, before_attrs = self._unconfirmed
+            self._unconfirmed = (progress if progress is not None else before_progress,
+                                 {**before_attrs, **attrs} if before_attrs and attrs
+                                 else attrs or before_attrs)
+        return progress, attrs
+
+    def confirm(self) -> None:
+        """The touch that took the values was written."""
+        with self._lock:
+            self._unconfirmed = (None, None)
+
+    def last(self) -> tuple[float | None, dict[str, Any] | None]:
+        """For the settling write: everything not known to be written."""
+        with self._lock:
+            progress, attrs = self._unconfirmed
+            if self.progress is not None:
+                progress = self.progress
+            if self.attrs:
+                attrs = {**(attrs or {}), **self.attrs}
+            self.progress, self.attrs = None, None
+            self._unconfirmed = (None, None)
         return progress, attrs
 
     def put_back(self, progress: float | None, attrs: dict[str, Any] | None) -> None:
@@ -50,6 +80,7 @@ class JobReport:
                 self.progress = progress
             if attrs:
                 self.attrs = {**attrs, **(self.attrs or {})}
+            self._unconfirmed = (None, None)
 
     def set_progress(self, value: object) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not (

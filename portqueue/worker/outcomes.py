@@ -45,9 +45,10 @@ class Failure:
 
 
 def _last_report(running: Running) -> dict[str, Any]:
-    """Progress and attrs not yet touched: the settling write carries them, so
-    a job that finishes before the next heartbeat still records them."""
-    progress, attrs = running.report.take()
+    """Progress and attrs not known to be written: the settling write carries
+    them, so a job that finishes before the next heartbeat (or while one is
+    waiting to be written) still records them."""
+    progress, attrs = running.report.last()
     return {"progress": progress, "attrs": attrs}
 
 

@@ -33,6 +33,7 @@ from portqueue.errors import SchemaNotMigrated
 from portqueue.maintenance import maintenance_services, scheduler_services
 from portqueue.queries import Query
 from portqueue.settings import Settings
+from portqueue.worker.admission import admit
 from portqueue.worker.completer import BACKLOG_PER_SLOT, Completer
 from portqueue.worker.connections import DEFAULT_CONNECTIONS, MIN_CONNECTIONS, Connections
 from portqueue.worker.demand import Demand
@@ -43,23 +44,14 @@ from portqueue.worker.heartbeat import Heartbeat
 from portqueue.worker.listener import LISTEN_HEALTH_SECONDS, Listener
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, QueueSpec, Registry
 from portqueue.worker.runner import HANDLER_UNWIND_SECONDS, Runners
-from portqueue.worker.state import Running, RunningJobs
+from portqueue.worker.shutdown import STOP_MARGIN_SECONDS, Release, StopBudget
+from portqueue.worker.state import RunningJobs
 from portqueue.worker.stopping import Stopping
 
 __all__ = ["DEFAULT_CONNECTIONS", "HANDLER_UNWIND_SECONDS", "LISTEN_HEALTH_SECONDS",
-           "MIN_CONNECTIONS", "Worker"]
+           "MIN_CONNECTIONS", "STOP_MARGIN_SECONDS", "Worker"]
 
 log = logging.getLogger("portqueue.worker")
-
-# stop() returns within grace_seconds plus this, whatever the database does:
-# each of its steps that waits on the database gets what is left of that
-# budget (at least MIN_STEP_SECONDS), then its connections are closed.
-STOP_MARGIN_SECONDS = 2.0
-MIN_STEP_SECONDS = 0.2
-# How long the loops get to end by themselves once stop is requested, before
-# they are cancelled.
-LOOP_END_SECONDS = 1.0
-
 
 class Worker:
     """One process's worker for the queues given; built by a client's ``start()``/``run()``."""
@@ -118,11 +110,11 @@ class Worker:
         self.closing = Stopping()
         self._abort = asyncio.Event()
         self.jobs = RunningJobs()
-        self._released: list[Running] = []  # settled by stop(), to release
         self.demand = Demand({name: spec.concurrency for name, spec in self.queues.items()})
         if self._abandon_requested:
             self.stopping.set()
         self.connections = Connections(self.settings, self.budget)
+        self.release = Release(self.connections, self.q, self.jobs, self.id)
         self.events = EventDispatch(self.registry, self.connections, self.q, self.id)
         total = sum(spec.concurrency for spec in self.queues.values())
         self.completer = Completer(self.connections, self.q, self.events, self.id,
@@ -142,8 +134,8 @@ class Worker:
                                self.runners.start,
                                lambda ids: self.events.emit_later("job_started", ids))
         listens = not (self.settings.poll_only or self.for_drain)
-        if not await self.connections.admit(self.id, claims=bool(self.queues),
-                                            listener=listens, stopping=self.stopping):
+        if not await admit(self.connections, self.id, claims=bool(self.queues),
+                               listener=listens, stopping=self.stopping):
             log.info("worker %s: stopped while waiting for connections", self.id)
             self._abandoned = True
             return
@@ -234,100 +226,39 @@ class Worker:
         self.stopping.set()
         if abort:
             self._abort.set()
-        self._stop_by = self.loop.time() + self.grace_seconds + STOP_MARGIN_SECONDS
+        budget = StopBudget(self.connections, self.id, self.grace_seconds)
         # A claim in flight commits and starts its jobs' runners before the
         # drain looks at what runs (see Fetcher.claiming).
-        await self._within_budget(self._claim_settled(), "the claim in flight")
-        await self._drain()
-        # What still runs now is released (settled here, before any await:
-        # a handler that returns meanwhile writes no outcome of its own).
-        self._settle_for_release()
-        await self._within_budget(self._release_running(), "releasing running jobs")
+        await budget.within(self._claim_settled(), "the claim in flight")
+        await self.release.drain(self._abort, budget.grace_left())
+        # What still runs now is released (settled here, before any await).
+        self.release.settle()
+        await budget.within(self.release.release(), "releasing running jobs")
         await self.runners.cancel_async_handlers()
-        await self._within_budget(self.handlers.end_stuck_sync_sessions(self.connections),
-                                  "ending stuck handler sessions")
+        await budget.within(self.handlers.end_stuck_sync_sessions(self.connections),
+                            "ending stuck handler sessions")
         # The completer finishes what it is writing and everything queued,
         # then exits: cancelling it mid-write would lose finished outcomes.
         self.completer.close()
-        await self._within_budget(self._completing, "writing outcomes")
+        await budget.within(self._completing, "writing outcomes")
         self.closing.set()
-        await self._end_loops()
+        await budget.end_loops(self._tasks)
         await self.fetcher.close()  # its own, unless its loop never ran
-        await self._within_budget(
-            self.connections.execute(ops.unregister_worker(self.q, self.id)),
-            "unregistering")
+        await budget.within(
+            self.connections.execute(ops.unregister_worker(self.q, self.id)), "unregistering")
         await self.connections.close()
         await self.handlers.close()
         self.runners.close()
         self.events.close()
         log.info("worker %s stopped", self.id)
 
-    def _left(self) -> float:
-        return max(self._stop_by - self.loop.time(), MIN_STEP_SECONDS)
-
     async def _claim_settled(self) -> None:
         async with self.fetcher.claiming:
             if self._abort.is_set():
                 # Settled in the same step the claim's runners started in, so
                 # none of its jobs' handlers gets to write an outcome first.
-                self._settle_for_release()
-
-    async def _within_budget(self, work: Awaitable[object], what: str) -> None:
-        """``work``, within what is left of stop()'s budget; past it, every
-        connection in use is closed and ``work`` cancelled (its effects are
-        what a crash would leave: leases lapse and are rescued)."""
-        task = asyncio.ensure_future(work)
-        done, _ = await asyncio.wait({task}, timeout=self._left())
-        if not done:
-            log.warning("worker %s: stopping: %s did not finish in time; closing the "
-                        "connections in use", self.id, what)
-            await self.connections.interrupt()
-            task.cancel()
-            await asyncio.wait({task}, timeout=MIN_STEP_SECONDS)
-        elif not task.cancelled() and task.exception() is not None:
-            log.warning("worker %s: stopping: %s failed: %s", self.id, what, task.exception())
-
-    async def _end_loops(self) -> None:
-        """Every loop saw the stop and ends by itself; what has not within
-        LOOP_END_SECONDS (a statement still waiting) has its connections
-        closed and is cancelled, and is left behind if even that hangs."""
-        if not self._tasks:
-            return
-        await asyncio.wait(self._tasks, timeout=min(LOOP_END_SECONDS, self._left()))
-        if all(task.done() for task in self._tasks):
-            return
-        await self.connections.interrupt()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.wait(self._tasks, timeout=MIN_STEP_SECONDS)
-        stuck = [task.get_name() for task in self._tasks if not task.done()]
-        if stuck:
-            log.warning("worker %s: %s did not end after cancellation", self.id, stuck)
+                self.release.settle()
 
     def request_abort(self) -> None:
         """Thread-safe: turn a drain in progress into an abort."""
         self.loop.call_soon_threadsafe(self._abort.set)
-
-    async def _drain(self) -> None:
-        if len(self.jobs) and not self._abort.is_set():
-            idle = asyncio.ensure_future(self.jobs.idle.wait())
-            abort = asyncio.ensure_future(self._abort.wait())
-            await asyncio.wait({idle, abort}, timeout=max(
-                self._stop_by - STOP_MARGIN_SECONDS - self.loop.time(), 0),
-                               return_when=asyncio.FIRST_COMPLETED)
-            idle.cancel()
-            abort.cancel()
-
-    def _settle_for_release(self) -> None:
-        """Running jobs are settled (a late outcome is dropped) and signalled."""
-        for running in self.jobs.unsettled():
-            running.settled = True
-            running.state.set("shutdown")
-            self._released.append(running)
-
-    async def _release_running(self) -> None:
-        released, self._released = self._released, []
-        if released:
-            rows = await self.connections.execute(
-                ops.release_jobs(self.q, [r.lease for r in released]))
-            log.info("worker %s released %d running job(s) to pending", self.id, len(rows[-1]))

@@ -106,18 +106,22 @@ RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
 q.rate_limit_per_partition;
 
 -- name: resume_queue
-INSERT INTO "portqueue".queue AS q (name)
-VALUES (%(queue)s)
-ON CONFLICT (name) DO UPDATE
-SET paused = NULL, paused_at = NULL, updated_at = now()
-RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
+WITH resumed AS (
+    INSERT INTO "portqueue".queue AS q (name)
+    VALUES (%(queue)s)
+    ON CONFLICT (name) DO UPDATE
+    SET paused = NULL, paused_at = NULL, updated_at = now()
+    RETURNING q.name, q.paused, q.created_at, q.concurrency, q.max_attempts,
           q.retry_delay_seconds, q.backoff_strategy, q.backoff_factor,
           q.backoff_max_delay_seconds, q.backoff_jitter, q.expire_in_seconds,
           q.retention_ttl_seconds, q.retention_keep_completed, q.retention_keep_failed,
           q.timeout_seconds, q.lease_seconds, q.dead_letter_queue,
           q.retention_completed_ttl_seconds, q.retention_failed_ttl_seconds,
           q.global_concurrency, q.partition_concurrency, q.rate_limit, q.rate_limit_period_seconds,
-q.rate_limit_per_partition;
+q.rate_limit_per_partition
+)
+SELECT resumed.*
+FROM resumed CROSS JOIN LATERAL pg_notify(%(job_channel)s, resumed.name) AS woken;
 
 -- name: remove_queue
 WITH target AS (
