@@ -17,21 +17,11 @@ import pytest
 from portqueue import PortQueue
 from portqueue.metrics import TRACEPARENT, hooks
 from tests.support.rows import fetch_one
+from tests.support.spans import only, traceparent_of
 
 Db = psycopg.Connection[Any]
 BATCH = "messaging.batch.message_count"
 DESTINATION = "messaging.destination.name"
-
-
-def traceparent_of(span: Any) -> str:
-    context = span.get_span_context()
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-
-
-def only(spans: Any, name: str) -> Any:
-    found = [s for s in spans.get_finished_spans() if s.name == name]
-    assert len(found) == 1, [s.name for s in spans.get_finished_spans()]
-    return found[0]
 
 
 def assert_carries(db: Db, schema: str, job_ids: list[str | None], span: Any) -> None:

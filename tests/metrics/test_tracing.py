@@ -20,21 +20,11 @@ from portqueue import PortQueue
 from portqueue.cli import app
 from portqueue.metrics import TRACEPARENT, tracing
 from tests.support.rows import fetch_one
+from tests.support.spans import only, traceparent_of
 from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import AsyncHarness, SyncHarness, finished_row
 
 Db = psycopg.Connection[Any]
-
-
-def traceparent_of(span: Any) -> str:
-    context = span.get_span_context()
-    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{int(context.trace_flags):02x}"
-
-
-def only(spans: Any, name: str) -> Any:
-    found = [s for s in spans.get_finished_spans() if s.name == name]
-    assert len(found) == 1, [s.name for s in spans.get_finished_spans()]
-    return found[0]
 
 
 def test_the_run_span_is_a_child_of_the_add_span_across_a_worker(
