@@ -43,5 +43,5 @@ def test_prune_shows_a_progress_bar_on_a_terminal(pg_dsn: str, schema: str) -> N
     code, stdout, terminal = run_on_terminal([*cli_command(), "prune"], env)
     assert code == 0, terminal
     assert "finished jobs pruned: 0" in stdout
-    # One step per maintenance service; the last one shown is the reaper's.
-    assert "forgetting dead workers" in terminal and "4/4" in terminal
+    # One step per maintenance service; the last one shown is the throttle pruner's.
+    assert "forgetting ended throttle windows" in terminal and "5/5" in terminal

@@ -12,34 +12,21 @@ import json
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
-from tests.support.plans import explain, load_history, plan_nodes
+from tests.support.plans import (
+    BY_ID,
+    MAX_BUFFERS,
+    explain,
+    load_history,
+    load_running,
+    plan_nodes,
+)
 from tests.support.rows import set_dead_letter_queue
 
 Db = psycopg.Connection[Any]
-RUNNING = 2_000
-MAX_BUFFERS = 300
-
-
-def _load_running(db: Db, schema: str) -> None:
-    # Many running jobs: a statement joined plainly to a lease list scanned them all.
-    with db.transaction():
-        db.execute("SET LOCAL session_replication_role = replica")
-        db.execute(sql.SQL(
-            "INSERT INTO {} (id, queue, status, data, attempt, lease_token, lease_expires_at,"
-            " started_at) SELECT gen_random_uuid(), 'plan', 'active', '{{}}', 1, 1,"
-            " now() + interval '1 hour', now() FROM generate_series(1, %s)").format(
-            sql.Identifier(schema, "job")), [RUNNING])
-    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
-
-
-# What a statement naming its jobs by id may use: their primary key, and the
-# singleton index retry's key check looks up.
-BY_ID = {"job_pkey", "job_singleton_key_uq"}
 
 
 def _assert_cheap(db: Db, query: Query, *, by_id: bool = True) -> None:
@@ -64,7 +51,7 @@ def test_the_new_statements_read_a_few_pages_whatever_the_history(
     for job in fetched[:3]:
         pq.fail_job(job_id=job.job_id, lease_token=job.lease_token, error="x", retry=False)
     load_history(db, schema)
-    _load_running(db, schema)
+    load_running(db, schema)
     q = queries_for(schema)
     held = [ops.Lease(job.job_id, job.lease_token) for job in fetched[3:]]
     ids = [job.job_id for job in fetched]

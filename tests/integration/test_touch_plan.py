@@ -14,8 +14,7 @@ import psycopg
 from portqueue import PortQueue
 from portqueue import worker_operations as ops
 from portqueue.queries import queries_for
-from tests.integration.test_pull_and_bulk_plans import BY_ID, MAX_BUFFERS, _load_running
-from tests.support.plans import explain, load_history, plan_nodes
+from tests.support.plans import BY_ID, MAX_BUFFERS, explain, load_history, load_running, plan_nodes
 
 Db = psycopg.Connection[Any]
 
@@ -26,7 +25,7 @@ def test_touch_reaches_its_jobs_by_primary_key_whatever_runs(
     pq.add_jobs(queue="held", jobs=[{"data": {"n": n}} for n in range(3)])
     fetched = pq.fetch_jobs(queue="held", limit=3)
     load_history(db, schema)
-    _load_running(db, schema)
+    load_running(db, schema)
     q = queries_for(schema)
     touch = ops.touch_jobs(q, [ops.Touch(ops.Lease(job.job_id, job.lease_token), 60, 0.5, None)
                                for job in fetched])

@@ -10,26 +10,16 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg import sql
 
 from portqueue import AsyncPortQueue, PortQueue
 from portqueue.worker.listener import WAKE_SHARE
+from tests.support.activity import listening_for_jobs
 from tests.support.waiting import wait_until_async
 
 Db = psycopg.Connection[Any]
 WORKERS = WAKE_SHARE + 2
 POLL = 30.0  # longer than any wait below: only a notification starts a job in time
 CHECK = 0.5  # the listeners' health check, when they count their peers again
-
-
-def listening_for_jobs(db: Db, schema: str) -> list[str]:
-    """The workers whose listener subscribed to the job channel, by
-    application_name (its last statement: LISTEN on the job channel follows
-    the cancel channel's, and a health check then runs SELECT 1)."""
-    channel = sql.Identifier(f"{schema}.job").as_string(db)
-    rows = db.execute("SELECT application_name, query FROM pg_stat_activity "
-                      "WHERE application_name LIKE 'share%%:listener'").fetchall()
-    return sorted(name for name, query in rows if query == f"LISTEN {channel}")
 
 
 async def test_only_the_oldest_workers_listen_and_the_next_take_over(

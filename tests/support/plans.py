@@ -54,3 +54,24 @@ def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
     yield plan
     for child in plan.get("Plans", []):
         yield from plan_nodes(child)
+
+
+# Many running jobs: a statement joined plainly to a lease list scanned them all.
+RUNNING = 2_000
+# What a statement reading a few jobs may touch, whatever the table holds.
+MAX_BUFFERS = 300
+# What a statement naming its jobs by id may use: their primary key, and the
+# singleton index retry's key check looks up.
+BY_ID = {"job_pkey", "job_singleton_key_uq"}
+
+
+def load_running(db: psycopg.Connection[Any], schema: str) -> None:
+    """RUNNING active jobs in queue 'plan', written past the triggers, then analysed."""
+    with db.transaction():
+        db.execute("SET LOCAL session_replication_role = replica")
+        db.execute(sql.SQL(
+            "INSERT INTO {} (id, queue, status, data, attempt, lease_token, lease_expires_at,"
+            " started_at) SELECT gen_random_uuid(), 'plan', 'active', '{{}}', 1, 1,"
+            " now() + interval '1 hour', now() FROM generate_series(1, %s)").format(
+            sql.Identifier(schema, "job")), [RUNNING])
+    db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
