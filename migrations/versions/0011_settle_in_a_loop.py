@@ -48,42 +48,9 @@ SETTLE = """
                           'at', now())) END,
         error = CASE WHEN {released} THEN c.error ELSE {message} END"""
 
-# The dependents of several jobs, one of which is among {parents}, with
-# their verdict (alias verdicted: id, released, failed_id, message): the
-# CTEs of the statement that settles them.
-VERDICTS = """deps AS (
-    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
-           dep.id AS dep_id, dep.ord,
-           coalesce(p.status::text, 'removed') AS state
-    FROM {schema}.job AS c
-    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
-    LEFT JOIN {schema}.job AS p ON p.id = dep.id
-    WHERE c.depends_on && {parents} AND cardinality(c.depends_on) > 1
-      AND c.status = 'waiting'
-),
-verdicts AS (
-    SELECT d.id, bool_or(d.runs) AS runs,
-           bool_and(d.state = 'completed') AS all_completed,
-           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
-                                'removed')) AS all_finished,
-           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_id,
-           (array_agg(d.state ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_state
-    FROM deps AS d
-    GROUP BY d.id
-),
-verdicted AS (
-    SELECT v.id, v.failed_id,
-           v.all_completed OR (v.runs AND v.all_finished) AS released,
-           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
-    FROM verdicts AS v
-    WHERE v.all_completed OR (v.runs AND v.all_finished)
-       OR (NOT v.runs AND v.failed_id IS NOT NULL)
-)"""
-
+# Written out whole, as a migration is frozen: the settling SET and the
+# verdict CTEs appear once per statement that uses them, and the downgrade
+# restores 0010's row trigger function as 0010 wrote it.
 UPGRADE = """
 CREATE OR REPLACE FUNCTION {schema}.settle_dependents() RETURNS trigger
 LANGUAGE plpgsql
@@ -129,7 +96,21 @@ BEGIN
     -- own delay counting from now. One statement, and no other dependency's
     -- transaction can race for them.
     UPDATE {schema}.job AS c
-    {settle_completed}
+    
+    SET status = CASE WHEN true THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN true THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN true
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN true THEN NULL ELSE now() END,
+        errors = CASE WHEN true THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', NULL::text,
+                          'dependency_id', NULL::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN true THEN c.error ELSE NULL::text END
     WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
     IF NOT NEW.has_shared_dependents THEN
         RETURN NULL;
@@ -143,9 +124,54 @@ BEGIN
     ORDER BY c.id
     FOR UPDATE OF c;
     IF FOUND THEN
-        WITH {verdicts_of_parent}
+        WITH deps AS (
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM {schema}.job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN {schema}.job AS p ON p.id = dep.id
+    WHERE c.depends_on && ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+)
         UPDATE {schema}.job AS c
-        {settle_several}
+        
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
         FROM verdicted AS s
         WHERE c.id = s.id;
     END IF;
@@ -215,7 +241,21 @@ BEGIN
             -- naming the dependency, and settles its own in the next round.
             WITH settled AS (
                 UPDATE {schema}.job AS c
-                {settle_alone}
+                
+    SET status = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', ('dependency ' || p.id || ' ended ' || p.state),
+                          'dependency_id', p.id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN (p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || p.id || ' ended ' || p.state) END
                 FROM unnest(ids, states) AS p (id, state)
                 WHERE c.depends_on = ARRAY[p.id] AND c.status = 'waiting'
                 RETURNING c.id, c.status, c.has_dependents, c.has_shared_dependents
@@ -236,10 +276,55 @@ BEGIN
             ORDER BY c.id
             FOR UPDATE OF c;
             IF FOUND THEN
-                WITH {verdicts_of_shared},
+                WITH deps AS (
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM {schema}.job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN {schema}.job AS p ON p.id = dep.id
+    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+),
                 settled AS (
                     UPDATE {schema}.job AS c
-                    {settle_several}
+                    
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
                     FROM verdicted AS s
                     WHERE c.id = s.id
                     RETURNING c.id, c.status, c.has_dependents, c.has_shared_dependents
@@ -266,40 +351,161 @@ $$;
 
 """
 
-
-def upgrade() -> None:
-    schema = context.config.attributes["quoted_schema"]
-    op.execute(UPGRADE.format(
-        schema=schema,
-        settle_completed=SETTLE.format(
-            schema=schema, released="true", message="NULL::text", failed_id="NULL"),
-        settle_alone=SETTLE.format(
-            schema=schema,
-            released="(p.state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')",
-            message="('dependency ' || p.id || ' ended ' || p.state)", failed_id="p.id"),
-        settle_several=SETTLE.format(
-            schema=schema, released="s.released", message="s.message",
-            failed_id="s.failed_id"),
-        verdicts_of_parent=VERDICTS.format(schema=schema, parents="ARRAY[parent]"),
-        verdicts_of_shared=VERDICTS.format(schema=schema, parents="shared")))
-
-
-def downgrade() -> None:
-    # Back to 0010's trigger function: its upgrade ends with it and the two
-    # CREATE TRIGGERs that run it, run again here as they are.
-    from importlib import util
-    from pathlib import Path
-
-    spec = util.spec_from_file_location(
-        "portqueue_migration_0010", Path(__file__).with_name("0010_workflows.py"))
-    assert spec is not None and spec.loader is not None
-    previous = util.module_from_spec(spec)
-    spec.loader.exec_module(previous)
-    row_triggers = previous.UPGRADE[previous.UPGRADE.index("CREATE FUNCTION"):]
-    schema = context.config.attributes["quoted_schema"]
-    op.execute(f"""
+DOWNGRADE = """
 DROP TRIGGER job_removed_settle_dependents ON {schema}.job;
 DROP TRIGGER job_settle_dependents ON {schema}.job;
 DROP FUNCTION {schema}.settle_dependents();
 DROP FUNCTION {schema}.settle_dependents_of(uuid[], text[], uuid[], uuid[]);
-""" + row_triggers.format(schema=schema))
+CREATE FUNCTION {schema}.settle_dependents() RETURNS trigger
+LANGUAGE plpgsql
+-- The statements below take the parent's id as a parameter, and a custom
+-- plan for each call (the default, as the GIN estimates differ) cost more to
+-- plan than to run.
+SET plan_cache_mode = force_generic_plan
+AS $$
+DECLARE
+    parent uuid;
+    state text;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;
+        state := 'removed';
+    ELSE
+        parent := NEW.id;
+        state := NEW.status::text;
+    END IF;
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN
+        -- A retried dependency: the dependents it cancelled wait for it
+        -- again, unless another of their dependencies failed too. Their own
+        -- dependents follow, by this trigger on each of them.
+        PERFORM FROM {schema}.job AS c
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
+          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
+        ORDER BY c.id
+        FOR UPDATE OF c;
+        UPDATE {schema}.job AS c
+        SET status = 'waiting', finished_at = NULL
+        WHERE c.depends_on @> ARRAY[parent] AND c.status = 'cancelled'
+          AND c.errors -> -1 ->> 'type' = 'DependencyFailed'
+          AND c.errors -> -1 ->> 'dependency_id' = parent::text
+          AND NOT EXISTS (
+              SELECT FROM unnest(c.depends_on) AS dep (id)
+              LEFT JOIN {schema}.job AS p ON p.id = dep.id
+              WHERE dep.id <> parent
+                AND coalesce(p.status::text, 'removed')
+                    IN ('failed', 'cancelled', 'expired', 'removed'));
+        RETURN NULL;
+    END IF;
+    IF state NOT IN ('completed', 'failed', 'cancelled', 'expired', 'removed') THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents waiting for this job alone: its outcome settles them, and no
+    -- other dependency's transaction can race for them. One statement.
+    -- Released, a dependent becomes pending, its own delay counting from now;
+    -- else it ends cancelled with a DependencyFailed entry naming this job.
+    -- (Both settling statements write the same columns; a migration is
+    -- frozen, so each is written out whole.)
+    UPDATE {schema}.job AS c
+    SET status = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run')
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN NULL ELSE now() END,
+        errors = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', ('dependency ' || parent || ' ended ' || state),
+                          'dependency_id', parent::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN (state = 'completed' OR c.on_dependency_failure IS NOT DISTINCT FROM 'run') THEN c.error ELSE ('dependency ' || parent || ' ended ' || state) END
+    WHERE c.depends_on = ARRAY[parent] AND c.status = 'waiting';
+    IF NOT (CASE WHEN TG_OP = 'DELETE' THEN OLD.has_shared_dependents
+                 ELSE NEW.has_shared_dependents END) THEN
+        RETURN NULL;
+    END IF;
+    -- Dependents of several jobs: lock them first, then read their
+    -- dependencies in a statement of its own, whose snapshot includes every
+    -- transaction that held one of these locks before.
+    PERFORM FROM {schema}.job AS c
+    WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+    ORDER BY c.id
+    FOR UPDATE OF c;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    WITH deps AS (
+        SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+               dep.id AS dep_id, dep.ord,
+               coalesce(p.status::text, 'removed') AS state
+        FROM {schema}.job AS c
+        CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+        LEFT JOIN {schema}.job AS p ON p.id = dep.id
+        WHERE c.depends_on @> ARRAY[parent] AND cardinality(c.depends_on) > 1
+          AND c.status = 'waiting'
+    ),
+    verdicts AS (
+        SELECT d.id, bool_or(d.runs) AS runs,
+               bool_and(d.state = 'completed') AS all_completed,
+               bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired', 'removed'))
+                   AS all_finished,
+               (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                   AS failed_id,
+               (array_agg(d.state ORDER BY d.ord) FILTER (
+                   WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+                   AS failed_state
+        FROM deps AS d
+        GROUP BY d.id
+    ),
+    settled AS (
+        SELECT v.id, v.failed_id,
+               v.all_completed OR (v.runs AND v.all_finished) AS released,
+               'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+        FROM verdicts AS v
+        WHERE v.all_completed OR (v.runs AND v.all_finished)
+           OR (NOT v.runs AND v.failed_id IS NOT NULL)
+    )
+    UPDATE {schema}.job AS c
+    SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::{schema}.job_status,
+        start_after = CASE WHEN s.released THEN now() + (c.start_after - c.created_at)
+                           ELSE c.start_after END,
+        expire_at = CASE WHEN s.released
+                         THEN now() + (c.start_after - c.created_at)
+                              + make_interval(secs => c.expire_in_seconds)
+                         ELSE c.expire_at END,
+        finished_at = CASE WHEN s.released THEN NULL ELSE now() END,
+        errors = CASE WHEN s.released THEN c.errors
+                      ELSE c.errors || jsonb_build_array(jsonb_build_object(
+                          'type', 'DependencyFailed', 'message', s.message,
+                          'dependency_id', s.failed_id::text, 'attempt', c.attempt,
+                          'at', now())) END,
+        error = CASE WHEN s.released THEN c.error ELSE s.message END
+    FROM settled AS s
+    WHERE c.id = s.id;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON {schema}.job
+    FOR EACH ROW
+    WHEN (NEW.has_dependents AND OLD.status IS DISTINCT FROM NEW.status)
+    EXECUTE FUNCTION {schema}.settle_dependents();
+
+CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON {schema}.job
+    FOR EACH ROW
+    WHEN (OLD.has_dependents)
+    EXECUTE FUNCTION {schema}.settle_dependents()
+"""
+
+
+def upgrade() -> None:
+    op.execute(UPGRADE.format(schema=context.config.attributes["quoted_schema"]))
+
+
+def downgrade() -> None:
+    op.execute(DOWNGRADE.format(schema=context.config.attributes["quoted_schema"]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import psycopg
@@ -85,7 +86,10 @@ def alembic_versions(conn: psycopg.Connection[Any], schema: str) -> list[tuple[A
 
 def _neutral(value: Any, schema: str) -> Any:
     if isinstance(value, str):
-        return value.replace(f'"{schema}".', "<schema>.").replace(f"{schema}.", "<schema>.")
+        # Not inside a string literal: 'portqueue.settling' is a setting's
+        # name, the same whatever the schema.
+        unquoted = value.replace(f'"{schema}".', "<schema>.")
+        return re.sub(rf"(?<!')\b{re.escape(schema)}\.", "<schema>.", unquoted)
     if isinstance(value, list):
         return tuple(_neutral(item, schema) for item in value)
     return value
