@@ -16,6 +16,7 @@ import threading
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from portqueue.worker import patterns
@@ -39,8 +40,11 @@ def insert_distinct_patterns(db: Db, schema: str, count: int, *, priority: int) 
 
 
 def test_a_worker_past_the_verdict_cap_runs_every_job_it_can_and_keeps_the_rest(
-    harness: SyncHarness, db: Db, schema: str,
+    harness: SyncHarness, db: Db, schema: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # More judged per claim than the worker's 4: the same verdicts in fewer
+    # claims (each still judges each pattern under its own deadline).
+    monkeypatch.setattr(patterns, "MAX_JUDGED_PER_CLAIM", 64)
     pq = harness.pq
     ran: list[str] = []
     lock = threading.Lock()
