@@ -129,14 +129,18 @@ def test_progress_and_attrs_land_on_the_row_while_running(
     harness.start()
     job_id = pq.add_job(queue="reporting", data={}).job_id
     assert job_id
-    row = wait_until(lambda: row_where(db, schema, job_id, "progress = 0.25"),
-                     what="the first progress")
-    assert row["status"] == "active" and row["attrs"] == {"step": "render", "pages": 2}
+    # A touch may take the progress before the attrs that follow it (set_progress
+    # wakes the heartbeat): wait for both, each written by some touch.
+    row = wait_until(lambda: row_where(
+        db, schema, job_id, """progress = 0.25 AND attrs = '{"step": "render", "pages": 2}'"""),
+        what="the first progress and attrs")
+    assert row["status"] == "active"
     assert problems == ["progress"] * 5 + ["attrs"]
     first.set()
-    row = wait_until(lambda: row_where(db, schema, job_id, "progress = 0.75"),
-                     what="the second progress")
-    assert row["status"] == "active" and row["attrs"] == {"step": "upload", "pages": 2}
+    row = wait_until(lambda: row_where(
+        db, schema, job_id, """progress = 0.75 AND attrs = '{"step": "upload", "pages": 2}'"""),
+        what="the second progress and attrs")
+    assert row["status"] == "active"
     second.set()
     row = wait_until(lambda: finished_row(db, schema, job_id), what="the job to finish")
     assert row["status"] == "completed" and row["progress"] == 0.75
