@@ -188,7 +188,8 @@ class Completer:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         if snoozes:
             queries.append(ops.snooze_jobs(self.q, [s.as_json() for s in snoozes]))
-        freeing = {o.running.claimed.queue for o in (*completions, *failures, *snoozes)}
+        freeing = {o.running.claimed.queue for o in batch
+                   if isinstance(o, Completion | Failure | Snoozed)}
         results, refilled = await self._execute(queries, freeing) if queries else ([], set())
         written = ops.completed_ids(results[0]) if completions else set()
         if failures:
