@@ -123,7 +123,9 @@ async def transaction_async(conn: psycopg.AsyncConnection[Any],
     try:
         async with conn.pipeline(), conn.transaction():
             for query, row_factory in queries:
-                cursor = conn.cursor(row_factory=row_factory or _dict_rows)
+                cursor = _cursor(conn, query, row_factory or _dict_rows)
+                if cursor in cursors:  # a kept cursor's rows are read after the pipeline
+                    cursor = conn.cursor(row_factory=row_factory or _dict_rows)
                 await cursor.execute(query.sql, query.params)
                 cursors.append(cursor)
     except psycopg.Error:
