@@ -112,6 +112,31 @@ async def pipeline_async(conn: psycopg.AsyncConnection[Any], batch: Batch) -> Ro
             for row in await cursor.fetchall()]
 
 
+async def transaction_async(conn: psycopg.AsyncConnection[Any],
+                            queries: Sequence[tuple[Query, AsyncRowFactory[Any] | None]],
+                            ) -> list[list[Any]]:
+    """Each query in one transaction and one round trip (``BEGIN``, the
+    statements and ``COMMIT`` pipelined), each one's rows built by its row
+    factory (``None``: dicts). The server still runs them in turn. On an error
+    the transaction is rolled back and the error raised."""
+    cursors: list[psycopg.AsyncCursor[Any]] = []
+    try:
+        async with conn.pipeline(), conn.transaction():
+            for query, row_factory in queries:
+                cursor = _cursor(conn, query, row_factory or _dict_rows)
+                if cursor in cursors:  # a kept cursor's rows are read after the pipeline
+                    cursor = conn.cursor(row_factory=row_factory or _dict_rows)
+                await cursor.execute(query.sql, query.params)
+                cursors.append(cursor)
+    except psycopg.Error:
+        # A failed statement made the server skip the queued COMMIT: the
+        # transaction is still open (aborted) on the session.
+        if conn.info.transaction_status == pq.TransactionStatus.INERROR:
+            await conn.rollback()
+        raise
+    return [await cursor.fetchall() if _has_rows(cursor) else [] for cursor in cursors]
+
+
 async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,
                       row_factory: AsyncRowFactory[R]) -> list[R]:
     """As ``execute_async``, each row built by ``row_factory`` (the worker's claims)."""

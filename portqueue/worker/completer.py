@@ -15,14 +15,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
 import psycopg
 
 from portqueue import worker_operations as ops
 from portqueue.availability import is_unavailable
-from portqueue.queries import Queries
+from portqueue.driver import transaction_async
+from portqueue.queries import Queries, Query
 from portqueue.worker.connections import Connections
 from portqueue.worker.events import EventDispatch
 from portqueue.worker.outcomes import (
@@ -34,7 +35,7 @@ from portqueue.worker.outcomes import (
     Unsure,
     failure,
 )
-from portqueue.worker.state import Running
+from portqueue.worker.state import Claimed, Running
 
 log = logging.getLogger("portqueue.worker")
 
@@ -50,6 +51,20 @@ RETRY_MAX_SECONDS = 10.0
 CLOSING_ATTEMPTS = 5
 
 
+class Refill(Protocol):
+    """The fetcher, as the completer sees it: claims of limited queues to send
+    in the transaction of outcomes that free their slots (``Fetcher.refill_claims``)."""
+
+    claiming: asyncio.Lock
+
+    def refill_claims(self, queues: Iterable[str]) -> tuple[dict[str, int], list[list[Query]]]:
+        ...
+
+    async def refilled(self, conn: psycopg.AsyncConnection[Any], asked: Mapping[str, int],
+                       rows: list[Claimed]) -> None:
+        ...
+
+
 class Completer:
     def __init__(self, connections: Connections, queries: Queries, events: EventDispatch,
                  worker_id: str, backlog_cap: int,
@@ -58,6 +73,8 @@ class Completer:
         # Told the queues of each batch of outcomes once it has committed:
         # their jobs' slots are free in the database from then on.
         self._freed = freed
+        # Set by the runtime once the fetcher exists (None: outcomes only).
+        self.refill: Refill | None = None
         self.q = queries
         self._events = events
         self._worker_id = worker_id
@@ -84,6 +101,12 @@ class Completer:
     def pending(self) -> list[Running]:
         """The jobs whose outcome is not written yet: their leases are still held."""
         return [outcome.running for outcome in (*self._writing, *self._waiting)]
+
+    def unwritten(self) -> set[str]:
+        """The queues of outcomes waiting or being written that free a slot
+        when written (a ``Settled`` one freed its slot when it committed)."""
+        return {outcome.running.claimed.queue for outcome in (*self._writing, *self._waiting)
+                if isinstance(outcome, Completion | Failure | Snoozed)}
 
     def close(self) -> None:
         """Write what is queued, then end ``run``."""
@@ -165,7 +188,9 @@ class Completer:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         if snoozes:
             queries.append(ops.snooze_jobs(self.q, [s.as_json() for s in snoozes]))
-        results = await self._connections.execute(*queries) if queries else []
+        freeing = {o.running.claimed.queue for o in batch
+                   if isinstance(o, Completion | Failure | Snoozed)}
+        results, refilled = await self._execute(queries, freeing) if queries else ([], set())
         written = ops.completed_ids(results[0]) if completions else set()
         if failures:
             written.update(ops.failed_ids(results[1 if completions else 0]))
@@ -180,7 +205,42 @@ class Completer:
             statuses = await self._settled_by_lease(missing)
             written.update(c.running.claimed.id for c in missing
                            if statuses.get(c.running.claimed.id) == c.status)
-        self._report(batch, written)
+        self._report(batch, written, refilled)
+
+    async def _execute(self, queries: list[Query],
+                       freeing: set[str]) -> tuple[list[list[dict[str, Any]]], set[str]]:
+        """Write the outcomes; with them, in their transaction and round trip,
+        claim the limited queues whose slots they free (the fetcher's
+        ``refill_claims``). Returns the outcomes' results and the queues so
+        claimed. Skipped while the fetcher claims (no waiting for it)."""
+        refill = self.refill
+        if refill is not None and not refill.claiming.locked():
+            async with refill.claiming:
+                asked, transactions = refill.refill_claims(freeing)
+                if transactions:
+                    try:
+                        return await self._write_refilling(refill, queries, asked,
+                                                           transactions), set(asked)
+                    except psycopg.Error as exc:
+                        if isinstance(exc, psycopg.OperationalError) or is_unavailable(exc):
+                            raise
+                        # The claim's refusal must not cost the outcomes: they
+                        # are written alone, and the fetcher claims as it would.
+                        log.warning("worker %s: claiming with the outcomes failed (%s); "
+                                    "writing them alone", self._worker_id, exc)
+        return await self._connections.execute(*queries), set()
+
+    async def _write_refilling(self, refill: Refill, queries: list[Query],
+                               asked: Mapping[str, int],
+                               transactions: list[list[Query]]) -> list[list[dict[str, Any]]]:
+        statements: list[tuple[Query, Any]] = [(query, None) for query in queries]
+        for lock, claim in transactions:  # ops.claims: each limited claim is the two
+            statements += [(lock, None), (claim, Claimed.rows)]
+        async with self._connections.pooled() as conn:
+            results = await self._connections.within(conn, transaction_async(conn, statements))
+            claimed = [row for rows in results[len(queries) + 1::2] for row in rows]
+            await refill.refilled(conn, asked, claimed)
+        return results[:len(queries)]
 
     async def _settled_by_lease(self, outcomes: list[Completion] | list[Unsure]) -> dict[str, str]:
         """The status of each job whose row still holds the outcome's lease token."""
@@ -207,7 +267,7 @@ class Completer:
                                         status=outcome.completion.status))
         return resolved
 
-    def _report(self, batch: list[Outcome], written: set[str]) -> None:
+    def _report(self, batch: list[Outcome], written: set[str], refilled: set[str]) -> None:
         events: dict[str, list[str]] = {}
         errors: dict[str, dict[str, Any]] = {}
         queues: set[str] = set()
@@ -230,8 +290,9 @@ class Completer:
             events.setdefault(event, []).append(claimed.id)
         for event, job_ids in events.items():
             self._events.emit_later(event, job_ids, errors)
-        if queues:
-            self._freed(queues)
+        # A queue claimed in the outcomes' own transaction needs no claim after.
+        if queues - refilled:
+            self._freed(queues - refilled)
 
     @staticmethod
     def _event_of(outcome: Outcome) -> str:

@@ -38,7 +38,8 @@ class Fetcher:
                  queues: Mapping[str, QueueSpec], demand: Demand, stopping: Stopping,
                  room: asyncio.Event, poll_interval: float, worker_id: str,
                  start: Callable[[Claimed, bool], None],
-                 started: Callable[[list[str]], None]) -> None:
+                 started: Callable[[list[str]], None],
+                 unwritten: Callable[[], set[str]] = set) -> None:
         self._settings = settings
         self._connections = connections
         self._queues = queues
@@ -49,6 +50,10 @@ class Fetcher:
         self._worker_id = worker_id
         self._start = start
         self._started = started
+        # The queues with an outcome waiting in the completer that frees a
+        # slot: the completer claims a limited one in that outcome's
+        # transaction (refill_claims), so the loop leaves it alone.
+        self._unwritten = unwritten
         self._patterns = PatternVerdicts(settings.instance_key)
         self._limits = Limits(demand)
         # Held from a claim until its runners exist: stop() takes it before
@@ -56,6 +61,7 @@ class Fetcher:
         # (otherwise they would stay active, never run, until their leases
         # lapsed and the rescuer spent an attempt).
         self.claiming = asyncio.Lock()
+        self._looping = False
 
     async def connect(self) -> psycopg.AsyncConnection[Any]:
         # Claims run on a connection of their own, not one from the pool: no
@@ -71,6 +77,7 @@ class Fetcher:
     async def run(self) -> None:
         # The session outlives the loop: the heartbeat keeps the running
         # jobs' leases on it through the drain (stop() closes it).
+        self._looping = True
         try:
             await self._claim_until_stopped()
         finally:
@@ -104,6 +111,9 @@ class Fetcher:
                 async with self.claiming:
                     if self._stopping():
                         return
+                    asked = self._still_to_claim(asked)
+                    if not asked:
+                        continue
                     rows = await self._claim(asked)
             except psycopg.Error as exc:
                 # The claim's session may be gone (a restart, a failover, a
@@ -136,9 +146,45 @@ class Fetcher:
                         claimed[name] = min(claimed[name], asked[name] - 1)
             demand.claimed(asked, claimed)
 
+    def _still_to_claim(self, asked: Mapping[str, int]) -> dict[str, int]:
+        """``asked`` without what the completer claims: slots it refilled while
+        this waited for the lock, and limited queues whose slots an outcome
+        still to be written frees (their rows still count in the database: a
+        claim now would find them taken, and the outcome's write claims them)."""
+        unwritten = self._unwritten() if self._limits.queues else set()
+        return {name: min(n, self._demand.free(name)) for name, n in asked.items()
+                if self._demand.free(name) > 0
+                and not (name in unwritten and self._limits.refillable(name))}
+
     def freed(self, queues: Iterable[str]) -> None:
         """Outcomes of these queues' jobs committed (the completer)."""
         self._limits.freed(queues)
+
+    def refill_claims(self, queues: Iterable[str]) -> tuple[dict[str, int], list[list[Query]]]:
+        """(the completer, holding ``claiming``) The limited claims to send in
+        the transaction of outcomes of these queues' jobs: the slots those
+        outcomes free are claimed again by the commit that frees them, not by a
+        claim of its own after it (one round trip and one wake-up less per
+        cycle). Each limited queue with a free slot here that its rate does
+        not hold back; none once stopping, nor in drain (which claims itself)."""
+        if not self._looping or self._stopping():
+            return {}, []
+        asked = {name: self._demand.free(name) for name in dict.fromkeys(queues)
+                 if self._limits.refillable(name) and self._demand.free(name) > 0}
+        return asked, self._transactions(asked) if asked else []
+
+    async def refilled(self, conn: psycopg.AsyncConnection[Any], asked: Mapping[str, int],
+                       rows: list[Claimed]) -> None:
+        """(the completer, holding ``claiming``) The rows of ``refill_claims``'
+        claims, committed: their jobs start as a claim's of this loop do."""
+        jobs, _ = self._limits.learn(rows)  # claim_limited names no queue 'limited'
+        await self._patterns.judge_unjudged(conn, self._settings.queries, jobs)
+        self._start_rows(jobs)
+        claimed = Counter(row.queue for row in jobs)
+        # As after the loop's claims: claimed again when a slot frees, not as
+        # backlogged when a handler here returns.
+        self._demand.claimed(asked, {name: min(claimed[name], n - 1)
+                                     for name, n in asked.items()})
 
     async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
         """One claim outside the loop (drain): its jobs start as the loop's do."""
@@ -174,6 +220,10 @@ class Fetcher:
                 # the limited way now, not at their next wake-up.
                 transactions = self._transactions({name: asked[name] for name in turned})
             await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
+        self._start_rows(rows)
+        return rows
+
+    def _start_rows(self, rows: list[Claimed]) -> None:
         traced = hooks.tracing_on()
         started = []
         for claimed in rows:
@@ -188,4 +238,3 @@ class Fetcher:
         if started:
             # One event (and one snapshot read) per claim, not per job.
             self._started(started)
-        return rows

@@ -65,6 +65,11 @@ class Limits:
                 claimed.append(row)
         return claimed, turned
 
+    def refillable(self, queue: str) -> bool:
+        """Whether freed slots of ``queue`` are worth claiming now: limited, and
+        not held back by its rate until a set time."""
+        return queue in self._limited and queue not in self._wakes
+
     def freed(self, queues: Iterable[str]) -> None:
         """Outcomes of these queues' jobs committed: a limited one has a slot
         free in the database now, so it is claimed again at once, without

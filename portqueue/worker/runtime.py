@@ -132,7 +132,9 @@ class Worker:
         self.fetcher = Fetcher(self.settings, self.connections, self.queues, self.demand,
                                self.stopping, self.completer.room, self.poll_interval, self.id,
                                self.runners.start,
-                               lambda ids: self.events.emit_later("job_started", ids))
+                               lambda ids: self.events.emit_later("job_started", ids),
+                               unwritten=self.completer.unwritten)
+        self.completer.refill = self.fetcher
         listens = not (self.settings.poll_only or self.for_drain)
         if not await admit(self.connections, self.id, claims=bool(self.queues),
                                listener=listens, stopping=self.stopping):

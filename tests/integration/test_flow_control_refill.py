@@ -1,0 +1,66 @@
+"""A limited queue's freed slot is claimed again in the transaction of the
+outcome that frees it (portqueue/worker/completer.py, ``Fetcher.refill_claims``):
+no claim of its own after the outcome's commit, no wait for a NOTIFY."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from portqueue import PortQueue
+from portqueue.worker.job import Job
+from tests.support.waiting import wait_until
+from tests.support.workers import SyncHarness
+
+Db = psycopg.Connection[Any]
+
+
+def xmins(db: Db, schema: str, queue: str) -> dict[str, tuple[str, str]]:
+    """Job id -> (status, the transaction that last wrote its row)."""
+    rows = db.execute(sql.SQL(
+        "SELECT id::text, status::text, xmin::text FROM {} WHERE queue = %s").format(
+            sql.Identifier(schema, "job")), [queue]).fetchall()
+    return {job_id: (status, xmin) for job_id, status, xmin in rows}
+
+
+@pytest.mark.parametrize("limits", [{"global_concurrency": 1}, {"partition_concurrency": 1}],
+                         ids=["global", "per-key"])
+def test_an_outcome_claims_the_slot_it_frees_in_its_own_transaction(
+    client: PortQueue, harness: SyncHarness, db: Db, pg_dsn: str, schema: str,
+    limits: dict[str, Any],
+) -> None:
+    # Each job's handler reads which transaction wrote its row: the claim that
+    # started it. With one slot, the jobs run in turn, and each one after the
+    # first must have been started by the transaction that wrote the outcome
+    # of the one before it (a completion, or a failure).
+    seen: list[tuple[str, str]] = []
+    lock = threading.Lock()
+    with psycopg.connect(pg_dsn, autocommit=True) as own:
+
+        def handler(job: Job) -> None:
+            with lock:
+                (xmin,) = own.execute(sql.SQL("SELECT xmin::text FROM {} WHERE id = %s").format(
+                    sql.Identifier(schema, "job")), [job.id]).fetchone() or ("",)
+                seen.append((job.id, xmin))
+            if job.data == "fail":
+                raise RuntimeError("a failure frees its slot too")
+
+        client.create_queue(queue="refill", handler=handler, concurrency=1,
+                            retry={"max_attempts": 1}, **limits)
+        client.add_jobs(queue="refill", jobs=[
+            {"data": "fail" if n == 2 else n, "partition_key": "k"} for n in range(6)])
+        harness.start()
+        wait_until(lambda: all(status in ("completed", "failed")
+                               for status, _ in xmins(db, schema, "refill").values()),
+                   15, "every job to finish")
+    final = xmins(db, schema, "refill")
+    assert [final[job_id][0] for job_id, _ in seen].count("failed") == 1
+    assert len(seen) == 6
+    for (previous, _), (_, started_by) in itertools.pairwise(seen):
+        assert started_by == final[previous][1], (
+            "a job was started by a claim of its own, not by the outcome that freed its slot")
