@@ -122,22 +122,24 @@ def _order(nodes: Sequence[Node]) -> list[int]:
     """The nodes in dependency order, level by level (each level in index
     order); a cycle is refused, naming an entry on it. Linear in the nodes
     and edges: each edge is counted down once (Kahn's algorithm)."""
-    waiting_on = [len(set(node.internal)) for node in nodes]
+    # node.internal names each dependency once (add_flow deduplicates it)
+    waiting_on = [len(node.internal) for node in nodes]
     dependents: list[list[int]] = [[] for _ in nodes]
     for index, node in enumerate(nodes):
-        for parent in set(node.internal):
+        for parent in node.internal:
             dependents[parent].append(index)
-    order: list[int] = []
-    ready = [index for index, count in enumerate(waiting_on) if not count]
-    while ready:
-        order.extend(ready)
+    order = [index for index, count in enumerate(waiting_on) if not count]
+    done = 0
+    while done < len(order):
         level: list[int] = []
-        for index in ready:
+        for index in order[done:]:
             for child in dependents[index]:
                 waiting_on[child] -= 1
                 if not waiting_on[child]:
                     level.append(child)
-        ready = sorted(level)
+        done = len(order)
+        level.sort()
+        order += level
     if len(order) < len(nodes):
         left = {index for index, count in enumerate(waiting_on) if count}
         start = min(left)
