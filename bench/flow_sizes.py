@@ -58,15 +58,15 @@ def migrate(dsn: str, schema: str, root: Path) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     subprocess.run([sys.executable, "-c", "import sys; from portqueue.migrate import migrate; "
                     "migrate(sys.argv[1], schema=sys.argv[2])", dsn, schema],
-                   env={**os.environ, "PYTHONPATH": str(root)}, check=True)
+                   env={**os.environ, "PYTHONPATH": str(root)}, cwd=root, check=True)
 
 
 def one(dsn: str, schema: str, root: Path, kind: str, n: int) -> tuple[float, float]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(schema, "job")))
     out = subprocess.run([sys.executable, "-c", CHILD, dsn, schema, kind, str(n)],
-                         env={**os.environ, "PYTHONPATH": str(root)}, capture_output=True,
-                         text=True, check=True)
+                         env={**os.environ, "PYTHONPATH": str(root)}, cwd=root,
+                         capture_output=True, text=True, check=True)
     wall, cpu = json.loads(out.stdout.strip().splitlines()[-1])
     return float(wall), float(cpu)
 
