@@ -65,7 +65,8 @@ def test_a_batch_releases_its_only_dependents_in_one_update(
     with db.transaction(force_rollback=True):
         (plan,) = db.execute(statement, dict(query.params)).fetchone()  # type: ignore[misc]
     root = plan[0]["Plan"]
-    (release,) = [n for n in plan_nodes(root) if n["Node Type"] == "ModifyTable" and n["Alias"] == "c"]
+    (release,) = [n for n in plan_nodes(root)
+                  if n["Node Type"] == "ModifyTable" and n["Alias"] == "c"]
     scanned = list(plan_nodes(release))
     assert "job_waiting_on_idx" in {n.get("Index Name") for n in scanned}, json.dumps(root)
     assert not [n for n in scanned if n["Node Type"] == "Seq Scan"], json.dumps(root)
