@@ -103,3 +103,26 @@ def test_a_dependent_added_while_the_completion_waits_is_released(
         thread.join(10)
         assert done == [([str(parent.job_id)],)]
     assert status(db, schema, str(child.job_id)) == "pending"
+
+
+def test_a_batch_releases_nothing_for_a_job_it_does_not_complete(
+    pq: PortQueue, db: Db, schema: str
+) -> None:
+    parents = pq.add_jobs(queue="parents", jobs=[{"data": n} for n in range(3)])
+    children = pq.add_jobs(queue="children", jobs=[
+        {"data": n, "depends_on": [p.job_id]} for n, p in enumerate(parents)])
+    rows = {str(row["id"]): row for row in claim(db, schema, "parents", 3)}
+    done, stopped, stale = (rows[str(p.job_id)] for p in parents)
+    jobs = [{"id": str(done["id"]), "lease_token": done["lease_token"], "status": "completed",
+             "output": None},
+            # a handler that returned after its cancel signal
+            {"id": str(stopped["id"]), "lease_token": stopped["lease_token"],
+             "status": "cancelled", "output": None},
+            # fenced out: an older attempt's token
+            {"id": str(stale["id"]), "lease_token": stale["lease_token"] - 1,
+             "status": "completed", "output": None}]
+    query = queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
+    (written,) = db.execute(query.sql, dict(query.params)).fetchone()  # type: ignore[misc]
+    assert sorted(written) == sorted([str(done["id"]), str(stopped["id"])])
+    assert [status(db, schema, str(c.job_id)) for c in children] == [
+        "pending", "cancelled", "waiting"]
