@@ -56,7 +56,7 @@ def migrate(dsn: str, schema: str, root: Path) -> None:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
     subprocess.run([sys.executable, "-c", "import sys; from portqueue.migrate import migrate; "
                     "migrate(sys.argv[1], schema=sys.argv[2])", dsn, schema],
-                   env=checkout_env(root), check=True)
+                   env=checkout_env(root), cwd=root, check=True)
 
 
 def empty(dsn: str, schema: str) -> None:

@@ -119,28 +119,41 @@ def _spec(settings: Settings, options: Mapping[str, Any], prefix: str, job_id: s
 
 
 def _order(nodes: Sequence[Node]) -> list[int]:
-    """The nodes in dependency order; a cycle is refused, naming an entry on it."""
-    left = {index: set(node.internal) for index, node in enumerate(nodes)}
-    order: list[int] = []
-    while left:
-        ready = sorted(index for index, deps in left.items() if not deps)
-        if not ready:
-            start = min(left)
-            path, at = [start], start
-            while True:  # walk dependencies until one repeats: that is the cycle
-                at = min(left[at])
-                if at in path:
-                    path = [*path[path.index(at):], at]
-                    break
-                path.append(at)
-            names = " -> ".join(repr(nodes[i].key) if nodes[i].key else str(i) for i in path)
-            raise InvalidArgument(_arg(nodes[path[0]].argument, "depends_on"),
-                                  f"forms a cycle: {names}")
-        for index in ready:
-            order.append(index)
-            del left[index]
-        for deps in left.values():
-            deps.difference_update(ready)
+    """The nodes in dependency order, level by level (each level in index
+    order); a cycle is refused, naming an entry on it. Linear in the nodes
+    and edges: each edge is counted down once (Kahn's algorithm)."""
+    # node.internal names each dependency once (add_flow deduplicates it)
+    waiting_on = [len(node.internal) for node in nodes]
+    dependents: list[list[int]] = [[] for _ in nodes]
+    for index, node in enumerate(nodes):
+        for parent in node.internal:
+            dependents[parent].append(index)
+    order = [index for index, count in enumerate(waiting_on) if not count]
+    done = 0
+    while done < len(order):
+        level: list[int] = []
+        for index in order[done:]:
+            for child in dependents[index]:
+                waiting_on[child] -= 1
+                if not waiting_on[child]:
+                    level.append(child)
+        done = len(order)
+        level.sort()
+        order += level
+    if len(order) < len(nodes):
+        left = {index for index, count in enumerate(waiting_on) if count}
+        start = min(left)
+        path, seen, at = [start], {start: 0}, start
+        while True:  # walk dependencies until one repeats: that is the cycle
+            at = min(j for j in nodes[at].internal if j in left)
+            if at in seen:
+                path = [*path[seen[at]:], at]
+                break
+            seen[at] = len(path)
+            path.append(at)
+        names = " -> ".join(repr(nodes[i].key) if nodes[i].key else str(i) for i in path)
+        raise InvalidArgument(_arg(nodes[path[0]].argument, "depends_on"),
+                              f"forms a cycle: {names}")
     return order
 
 

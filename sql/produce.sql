@@ -123,15 +123,25 @@ inserted AS (
 -- The INSERT of entries (alias e) with their queue's defaults (alias d), up
 -- to its FROM.
     INSERT INTO {schema}.job AS j (
-        id, queue, data, priority, start_after,
+        id, queue, data, {entry_job_columns},
+        idempotency_key, singleton_key, debounce_key)
+    SELECT
+        e.id, %(queue)s, e.payload, {entry_job_values},
+        e.idempotency_key, e.singleton_key, e.debounce_key
+
+-- fragment: entry_job_columns
+-- The job columns an entry (alias e) and its queue's defaults (alias d) give
+-- every add, in the order of entry_job_values: job_insert's and
+-- graph_insert's.
+        priority, start_after,
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
-    SELECT
-        e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key
+
+-- fragment: entry_job_values
+        coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
         {resolved_retry_policy},
         coalesce(e.expire_in_seconds, d.expire_in_seconds),
@@ -143,11 +153,10 @@ inserted AS (
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         -- the add span's trace context (portqueue.metrics.tracing), when tracing
         coalesce(e.attrs, '{{}}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key
 
 -- fragment: keyed_insert_end
 -- A duplicate idempotency or singleton key is skipped by ON CONFLICT DO
@@ -484,27 +493,12 @@ paused AS (
 -- and their queues' defaults (alias d), and its result rows.
 inserted AS (
     INSERT INTO {schema}.job AS j (
-        id, queue, data, status, priority, start_after,
-        max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
-        backoff_max_delay_seconds, backoff_jitter,
-        expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
-        depends_on, on_dependency_failure, has_dependents, has_shared_dependents, flow_id,
-        flow_key, finished_at, errors, error)
+        id, queue, data, {entry_job_columns},
+        status, depends_on, on_dependency_failure, has_dependents, has_shared_dependents,
+        flow_id, flow_key, finished_at, errors, error)
     SELECT
-        coalesce(g.id, e.id), g.queue, e.payload, g.status::{schema}.job_status,
-        coalesce(e.priority, 0),
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
-        {resolved_retry_policy},
-        coalesce(e.expire_in_seconds, d.expire_in_seconds),
-        now() + make_interval(secs => coalesce(e.start_after_seconds, 0)::double precision
-                                      + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
-        e.retention_ttl_seconds,
-        coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.group_id,
-        coalesce(e.attrs, '{{}}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        coalesce(g.id, e.id), g.queue, e.payload, {entry_job_values},
+        g.status::{schema}.job_status,
         CASE WHEN jsonb_array_length(g.depends_on) > 0
              THEN ARRAY(SELECT jsonb_array_elements_text(g.depends_on)::uuid) END,
         g.on_dependency_failure, g.has_dependents, g.has_shared_dependents, %(flow_id)s::uuid,

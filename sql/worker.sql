@@ -164,7 +164,25 @@ completed AS (
     -- status is compared as text so that partial index's predicate cannot match.
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
-    RETURNING j.id
+    RETURNING j.id, j.status, j.has_dependents
+),
+-- The dependents waiting for one of these alone become pending here, in one
+-- UPDATE for the batch: one probe of job_waiting_on_idx for every completed
+-- job that has dependents, where the row trigger settle_dependents would run
+-- a statement for each. The trigger still runs after this statement, and
+-- settles what this did not: dependents of several jobs, and a dependent whose
+-- add committed after this statement's snapshot (its add locked the
+-- dependency, so this completion waited for it). It then finds these already
+-- pending. Nothing is probed in a batch whose jobs have no dependents.
+released AS (
+    UPDATE {schema}.job AS c
+    SET status = 'pending',
+        start_after = now() + (c.start_after - c.created_at),
+        expire_at = now() + (c.start_after - c.created_at)
+                    + make_interval(secs => c.expire_in_seconds)
+    WHERE c.depends_on && ARRAY(SELECT p.id FROM completed AS p
+                                WHERE p.has_dependents AND p.status::text = 'completed')
+      AND cardinality(c.depends_on) = 1 AND c.status = 'waiting'
 )
 SELECT coalesce(array_agg(id::text), '{{}}') AS ids FROM completed;
 

@@ -38,9 +38,9 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        idempotency_key, singleton_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -56,10 +56,10 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        e.idempotency_key, e.singleton_key, e.debounce_key
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
@@ -108,9 +108,9 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        idempotency_key, singleton_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -126,10 +126,10 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        e.idempotency_key, e.singleton_key, e.debounce_key
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
@@ -180,9 +180,9 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        idempotency_key, singleton_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -198,10 +198,10 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        e.idempotency_key, e.singleton_key, e.debounce_key
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
@@ -217,9 +217,9 @@ INSERT INTO "portqueue".job AS j (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        idempotency_key, singleton_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -235,10 +235,10 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        e.idempotency_key, e.singleton_key, e.debounce_key
 FROM (SELECT %(id)s::uuid AS id, %(data)s::jsonb AS payload, %(priority)s::integer AS priority,
            %(start_after_seconds)s::double precision AS start_after_seconds,
            %(max_attempts)s::integer AS max_attempts,
@@ -398,9 +398,9 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        idempotency_key, singleton_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -416,10 +416,10 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        e.idempotency_key, e.singleton_key, e.debounce_key
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all' AND e.id IN (SELECT job_id FROM throttled)
@@ -472,9 +472,9 @@ inserted AS (
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
-        preferred_instance_key_pattern, idempotency_key, singleton_key, group_id, attrs,
-        retention_completed_ttl_seconds, retention_failed_ttl_seconds,
-        partition_key, debounce_key)
+        preferred_instance_key_pattern, group_id, attrs,
+        retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
+        idempotency_key, singleton_key, debounce_key)
     SELECT
         e.id, %(queue)s, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
@@ -490,10 +490,10 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
                                       + coalesce(e.expire_in_seconds, d.expire_in_seconds)),
         e.retention_ttl_seconds,
         coalesce(e.timeout_seconds, d.timeout_seconds),
-        e.preferred_instance_key_pattern, e.idempotency_key, e.singleton_key, e.group_id,
+        e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
-        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds,
-        e.partition_key, e.debounce_key
+        e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        e.idempotency_key, e.singleton_key, e.debounce_key
     FROM entries AS e
     LEFT JOIN defaults AS d ON true
     WHERE d.paused IS DISTINCT FROM 'all'
@@ -575,17 +575,16 @@ parents AS (
 ),
 inserted AS (
     INSERT INTO "portqueue".job AS j (
-        id, queue, data, status, priority, start_after,
+        id, queue, data, priority, start_after,
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, group_id, attrs,
         retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
-        depends_on, on_dependency_failure, has_dependents, has_shared_dependents, flow_id,
-        flow_key, finished_at, errors, error)
+        status, depends_on, on_dependency_failure, has_dependents, has_shared_dependents,
+        flow_id, flow_key, finished_at, errors, error)
     SELECT
-        coalesce(g.id, e.id), g.queue, e.payload, g.status::"portqueue".job_status,
-        coalesce(e.priority, 0),
+        coalesce(g.id, e.id), g.queue, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
         coalesce(e.max_attempts, d.max_attempts, 1),
 coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
@@ -602,6 +601,7 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
         e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
         e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        g.status::"portqueue".job_status,
         CASE WHEN jsonb_array_length(g.depends_on) > 0
              THEN ARRAY(SELECT jsonb_array_elements_text(g.depends_on)::uuid) END,
         g.on_dependency_failure, g.has_dependents, g.has_shared_dependents, %(flow_id)s::uuid,
@@ -675,17 +675,16 @@ paused AS (
 ),
 inserted AS (
     INSERT INTO "portqueue".job AS j (
-        id, queue, data, status, priority, start_after,
+        id, queue, data, priority, start_after,
         max_attempts, retry_delay_seconds, backoff_strategy, backoff_factor,
         backoff_max_delay_seconds, backoff_jitter,
         expire_in_seconds, expire_at, retention_ttl_seconds, timeout_seconds,
         preferred_instance_key_pattern, group_id, attrs,
         retention_completed_ttl_seconds, retention_failed_ttl_seconds, partition_key,
-        depends_on, on_dependency_failure, has_dependents, has_shared_dependents, flow_id,
-        flow_key, finished_at, errors, error)
+        status, depends_on, on_dependency_failure, has_dependents, has_shared_dependents,
+        flow_id, flow_key, finished_at, errors, error)
     SELECT
-        coalesce(g.id, e.id), g.queue, e.payload, g.status::"portqueue".job_status,
-        coalesce(e.priority, 0),
+        coalesce(g.id, e.id), g.queue, e.payload, coalesce(e.priority, 0),
         now() + make_interval(secs => coalesce(e.start_after_seconds, 0)),
         coalesce(e.max_attempts, d.max_attempts, 1),
 coalesce(e.retry_delay_seconds, d.retry_delay_seconds, 0),
@@ -702,6 +701,7 @@ coalesce(e.backoff_jitter, d.backoff_jitter, false),
         e.preferred_instance_key_pattern, e.group_id,
         coalesce(e.attrs, '{}'::jsonb),
         e.retention_completed_ttl_seconds, e.retention_failed_ttl_seconds, e.partition_key,
+        g.status::"portqueue".job_status,
         CASE WHEN jsonb_array_length(g.depends_on) > 0
              THEN ARRAY(SELECT jsonb_array_elements_text(g.depends_on)::uuid) END,
         g.on_dependency_failure, g.has_dependents, g.has_shared_dependents, %(flow_id)s::uuid,
