@@ -92,6 +92,7 @@ claimed AS (
         worker_id = %(worker_id)s
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+      AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
               j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
@@ -142,6 +143,7 @@ completed AS (
     FROM d
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
+      AND j.status IN ('pending', 'active', 'waiting')
     RETURNING j.id
 )
 SELECT coalesce(array_agg(id::text), '{}') AS ids FROM completed;
@@ -213,6 +215,7 @@ SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
 FROM h
 WHERE j.id = ANY (ARRAY(SELECT h.id FROM h))
   AND j.id = h.id AND j.lease_token = h.lease_token AND j.status::text = 'active'
+  AND j.status IN ('pending', 'active', 'waiting')
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: leased_jobs
@@ -225,7 +228,8 @@ SELECT j.id::text AS id, j.lease_expires_at, j.priority, j.start_after, j.seq, j
        j.cancel_requested_at IS NOT NULL AS cancel_requested
 FROM "portqueue".job AS j
 JOIN l ON j.id = l.id AND j.lease_token = l.lease_token
-WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active';
+WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active'
+  AND j.status IN ('pending', 'active', 'waiting');
 
 -- name: release_jobs
 UPDATE "portqueue".job AS j
@@ -384,6 +388,7 @@ claimed AS (
         limited = true
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+      AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
               j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
