@@ -235,13 +235,14 @@ cancelled AS (
     SET status = 'cancelled', finished_at = now()
     FROM target
     WHERE j.id = target.id AND target.status IN ('pending', 'waiting')
+      AND j.status IN ('pending', 'waiting')
     RETURNING j.id
 ),
 signalled AS (
     UPDATE {schema}.job AS j
     SET cancel_requested_at = coalesce(j.cancel_requested_at, now())
     FROM target
-    WHERE j.id = target.id AND target.status = 'active'
+    WHERE j.id = target.id AND target.status = 'active' AND j.status = 'active'
     RETURNING j.id, pg_notify(%(cancel_channel)s, j.id::text)
 )
 
@@ -293,6 +294,7 @@ done AS (
     FROM r
     WHERE j.id = ANY (ARRAY(SELECT r.id FROM r))
       AND j.id = r.id AND j.status::text = 'pending'
+      AND j.status IN ('pending', 'active', 'waiting')
     RETURNING 1
 )
 SELECT count(*) AS completed FROM done;

@@ -109,8 +109,11 @@ claimed AS (
     -- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
     -- guesses a tenth of the backlog, then joins back to job with a hash or
     -- merge join over the whole table. Naming the claimed ids as an array pins
-    -- the join to primary-key lookups: the claim costs what it claims.
+    -- the join to primary-key lookups: the claim costs what it claims. The
+    -- status names where the rows are, so on a partitioned job table the
+    -- UPDATE is planned (and locks) the live partition only (retention.md).
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+      AND j.status = 'pending'
     -- The columns of portqueue.worker.state.Claimed, in its order: each row
     -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
     -- ids and data on as they come, and decoding them per row into objects it
@@ -161,9 +164,12 @@ completed AS (
     -- Pinned to the primary key, so a completion costs what it completes: the
     -- planner cannot size the recordset and would otherwise scan job_lease_idx
     -- (every running job, and every completed one not yet vacuumed away). The
-    -- status is compared as text so that partial index's predicate cannot match.
+    -- status is compared as text so that partial index's predicate cannot match;
+    -- the IN, which implies no partial index's predicate, names the live
+    -- statuses so that a partitioned job table is pruned to its live partition.
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
+      AND j.status IN ('pending', 'active', 'waiting')
     RETURNING j.id, j.status, j.has_dependents
 ),
 -- The dependents waiting for one of these alone become pending here, in one
@@ -245,6 +251,7 @@ SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
 FROM h
 WHERE j.id = ANY (ARRAY(SELECT h.id FROM h))
   AND j.id = h.id AND j.lease_token = h.lease_token AND j.status::text = 'active'
+  AND j.status IN ('pending', 'active', 'waiting')
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: leased_jobs
@@ -265,7 +272,8 @@ SELECT j.id::text AS id, j.lease_expires_at, j.priority, j.start_after, j.seq, j
        j.cancel_requested_at IS NOT NULL AS cancel_requested
 FROM {schema}.job AS j
 JOIN l ON j.id = l.id AND j.lease_token = l.lease_token
-WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active';
+WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active'
+  AND j.status IN ('pending', 'active', 'waiting');
 
 -- name: release_jobs
 -- Abort: jobs still running go back to pending at once, without spending the
@@ -495,6 +503,7 @@ claimed AS (
         limited = true
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+      AND j.status = 'pending'
     RETURNING {claimed_columns}, j.partition_key
 ),
 -- The starts of a rate-limited queue, one row per key (or one for the whole

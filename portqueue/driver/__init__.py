@@ -76,9 +76,35 @@ async def run_async(
         return stop.value  # type: ignore[no-any-return]
 
 
+# A statement that meets a row another transaction just moved to another
+# partition of a partitioned table fails with SQLSTATE 40001 ("tuple to be
+# locked was already moved to another partition due to concurrent update")
+# where the single table would re-check the new row version and match
+# nothing (docs/retention.md, point 3). A statement that ran as a
+# transaction of its own rolled back whole, so running it again is what its
+# caller would do; its retry sees the moved row, as the single table would
+# have. The same holds for a serialization failure under a stricter default
+# isolation. Inside a transaction (a tx= of the caller's, or several
+# statements) the transaction is aborted and nothing is retried here.
+SERIALIZATION_FAILURE = "40001"
+MOVED_ROW_ATTEMPTS = 5
+
+
+def _own_transaction(conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    return conn.autocommit and conn.info.transaction_status == pq.TransactionStatus.IDLE
+
+
 def execute_sync(conn: psycopg.Connection[Any], query: Query) -> Rows:
     cursor: psycopg.Cursor[dict[str, Any]] = _cursor(conn, query, _dict_rows)
-    cursor.execute(query.sql, query.params)
+    attempts = MOVED_ROW_ATTEMPTS if _own_transaction(conn) else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            cursor.execute(query.sql, query.params)
+        except psycopg.errors.SerializationFailure:
+            if attempt == attempts:
+                raise
+        else:
+            break
     return cursor.fetchall() if _has_rows(cursor) else []
 
 
@@ -141,7 +167,15 @@ async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,
                       row_factory: AsyncRowFactory[R]) -> list[R]:
     """As ``execute_async``, each row built by ``row_factory`` (the worker's claims)."""
     cursor: psycopg.AsyncCursor[R] = _cursor(conn, query, row_factory)
-    await cursor.execute(query.sql, query.params)
+    attempts = MOVED_ROW_ATTEMPTS if _own_transaction(conn) else 1
+    for attempt in range(1, attempts + 1):
+        try:
+            await cursor.execute(query.sql, query.params)
+        except psycopg.errors.SerializationFailure:
+            if attempt == attempts:
+                raise
+        else:
+            break
     return await cursor.fetchall() if _has_rows(cursor) else []
 
 

@@ -92,6 +92,7 @@ claimed AS (
         worker_id = %(worker_id)s
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+      AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
               j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
@@ -142,17 +143,8 @@ completed AS (
     FROM d
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
-    RETURNING j.id, j.status, j.has_dependents
-),
-released AS (
-    UPDATE "portqueue".job AS c
-    SET status = 'pending',
-        start_after = now() + (c.start_after - c.created_at),
-        expire_at = now() + (c.start_after - c.created_at)
-                    + make_interval(secs => c.expire_in_seconds)
-    WHERE c.depends_on && ARRAY(SELECT p.id FROM completed AS p
-                                WHERE p.has_dependents AND p.status::text = 'completed')
-      AND cardinality(c.depends_on) = 1 AND c.status = 'waiting'
+      AND j.status IN ('pending', 'active', 'waiting')
+    RETURNING j.id
 )
 SELECT coalesce(array_agg(id::text), '{}') AS ids FROM completed;
 
@@ -223,6 +215,7 @@ SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
 FROM h
 WHERE j.id = ANY (ARRAY(SELECT h.id FROM h))
   AND j.id = h.id AND j.lease_token = h.lease_token AND j.status::text = 'active'
+  AND j.status IN ('pending', 'active', 'waiting')
 RETURNING j.id, j.cancel_requested_at IS NOT NULL AS cancel_requested;
 
 -- name: leased_jobs
@@ -235,7 +228,8 @@ SELECT j.id::text AS id, j.lease_expires_at, j.priority, j.start_after, j.seq, j
        j.cancel_requested_at IS NOT NULL AS cancel_requested
 FROM "portqueue".job AS j
 JOIN l ON j.id = l.id AND j.lease_token = l.lease_token
-WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active';
+WHERE j.id = ANY (ARRAY(SELECT l.id FROM l)) AND j.status::text = 'active'
+  AND j.status IN ('pending', 'active', 'waiting');
 
 -- name: release_jobs
 UPDATE "portqueue".job AS j
@@ -394,6 +388,7 @@ claimed AS (
         limited = true
     FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+      AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
               j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
