@@ -144,7 +144,17 @@ completed AS (
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
       AND j.status IN ('pending', 'active', 'waiting')
-    RETURNING j.id
+    RETURNING j.id, j.status, j.has_dependents
+),
+released AS (
+    UPDATE "portqueue".job AS c
+    SET status = 'pending',
+        start_after = now() + (c.start_after - c.created_at),
+        expire_at = now() + (c.start_after - c.created_at)
+                    + make_interval(secs => c.expire_in_seconds)
+    WHERE c.depends_on && ARRAY(SELECT p.id FROM completed AS p
+                                WHERE p.has_dependents AND p.status::text = 'completed')
+      AND cardinality(c.depends_on) = 1 AND c.status = 'waiting'
 )
 SELECT coalesce(array_agg(id::text), '{}') AS ids FROM completed;
 
