@@ -87,10 +87,12 @@ NOT_ON_SERVER_LEGS: dict[str, str] = {
                      "pg15) gets a handler stuck in the server, and poll_only never sends it"),
 }
 
-# And those the PgBouncer leg cannot run: its switch routes tests/integration only.
+# And those the PgBouncer leg cannot run: its switch routes tests/integration only,
+# with poll_only.
 _DASHBOARD = "the dashboard's reads: tests/dashboard is outside the PgBouncer switch's scope"
 NOT_THROUGH_PGBOUNCER: dict[str, str] = {
     "activity": _DASHBOARD,
     "matching_job_count": _DASHBOARD,
     "matching_job_ids": _DASHBOARD,
+    "queue_peers": "the listener's (who listens for a queue): poll_only never starts one",
 }

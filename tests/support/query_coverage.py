@@ -69,6 +69,7 @@ class QueryCoverage:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         self.uninstall()
         directory = Path(os.environ[LOG])
+        directory.mkdir(parents=True, exist_ok=True)
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
         (directory / f"{worker}-{os.getpid()}.json").write_text(
             json.dumps({node: sorted(names) for node, names in self.ran.items()}),
