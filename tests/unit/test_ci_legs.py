@@ -87,3 +87,11 @@ def test_the_query_check_names_what_no_test_ran(tmp_path: Path) -> None:
     assert QueryCoverage.missing(tmp_path, NOT_ON_SERVER_LEGS) == names[-1:]
     (tmp_path / "gw2.json").write_text(json.dumps({"c": names[-1:]}), encoding="utf-8")
     assert QueryCoverage.missing(tmp_path, NOT_ON_SERVER_LEGS) == []
+
+
+def test_each_second_server_leg_runs_server_legs_and_checks_every_query() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    for leg in ("leg_pg18", "leg_pgbouncer"):
+        body = ci.split(f"{leg}() {{", 1)[1].split("\n}", 1)[0]
+        assert "PORTQUEUE_TEST_EVERY_QUERY=1" in body, leg
+        assert "server_legs" in body, leg
