@@ -16,9 +16,9 @@ from psycopg import sql
 
 from portqueue import AsyncPortQueue, PortQueue
 from portqueue.migrate import migrate
-from tests.support import server
+from tests.support import query_coverage, server
 from tests.support.clients import BlockingAsyncClient
-from tests.support.legs import EVERY_MAJOR, SPAWNS_PROCESSES
+from tests.support.legs import EVERY_MAJOR, SERVER_LEGS, SPAWNS_PROCESSES
 
 # Re-exported: tests written before these moved to tests/support import them from here.
 from tests.support.rows import count_jobs as count_jobs
@@ -38,6 +38,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     if mode.enabled():
         config.pluginmanager.register(mode, "portqueue-pgbouncer")
+    # PORTQUEUE_TEST_EVERY_QUERY=1: fail unless every named query of sql/ ran.
+    query_coverage.register(config)
     if not _is_xdist_worker(config):
         # The run's own embedded server, if a test needs one: its workers
         # inherit the directory, and pytest_unconfigure stops it.
@@ -57,6 +59,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("slow") and path in EVERY_MAJOR:
             item.add_marker(pytest.mark.every_major)
+        if path.startswith(SERVER_LEGS):
+            item.add_marker(pytest.mark.server_legs)
         if "pg_server_dsn" not in getattr(item, "fixturenames", ()):
             # Nothing of the suite's server in its fixtures: the same test
             # whichever server or pooler a leg runs against.

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import ast
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from portqueue.embedded import default_data_dir
+from portqueue.queries import load_templates
 from tests.support import server
-from tests.support.legs import EVERY_MAJOR, SPAWNS_PROCESSES
+from tests.support.legs import (
+    EVERY_MAJOR,
+    NOT_ON_SERVER_LEGS,
+    NOT_THROUGH_PGBOUNCER,
+    SERVER_LEGS,
+    SPAWNS_PROCESSES,
+)
+from tests.support.query_coverage import QueryCoverage
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +70,28 @@ def test_a_named_server_needs_no_embedded_directory(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("PORTQUEUE_TEST_DSN", "postgresql://postgres@127.0.0.1:5432/postgres")
     server.claim_embedded_directory()
     assert server.EMBEDDED_DIRECTORY not in os.environ
+
+
+def test_the_second_server_legs_name_test_files_and_queries_that_exist() -> None:
+    # A renamed file would silently drop its tests from the pg18 and PgBouncer
+    # legs (the query check would then fail CI, but name the query, not the file).
+    for name in SERVER_LEGS:
+        assert (ROOT / name).exists(), f"{name} in SERVER_LEGS is not in tests/ any more"
+    assert set(NOT_ON_SERVER_LEGS) | set(NOT_THROUGH_PGBOUNCER) <= set(load_templates())
+
+
+def test_the_query_check_names_what_no_test_ran(tmp_path: Path) -> None:
+    names = sorted(set(load_templates()) - set(NOT_ON_SERVER_LEGS))
+    (tmp_path / "gw0.json").write_text(json.dumps({"a": names[:-2]}), encoding="utf-8")
+    (tmp_path / "gw1.json").write_text(json.dumps({"b": names[-2:-1]}), encoding="utf-8")
+    assert QueryCoverage.missing(tmp_path, NOT_ON_SERVER_LEGS) == names[-1:]
+    (tmp_path / "gw2.json").write_text(json.dumps({"c": names[-1:]}), encoding="utf-8")
+    assert QueryCoverage.missing(tmp_path, NOT_ON_SERVER_LEGS) == []
+
+
+def test_each_second_server_leg_runs_server_legs_and_checks_every_query() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    for leg in ("leg_pg18", "leg_pgbouncer"):
+        body = ci.split(f"{leg}() {{", 1)[1].split("\n}", 1)[0]
+        assert "PORTQUEUE_TEST_EVERY_QUERY=1" in body, leg
+        assert "server_legs" in body, leg
