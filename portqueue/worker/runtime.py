@@ -121,7 +121,8 @@ class Worker:
         total = sum(spec.concurrency for spec in self.queues.values())
         self.completer = Completer(self.connections, self.q, self.events, self.id,
                                    backlog_cap=max(BACKLOG_PER_SLOT * total, 1),
-                                   freed=lambda queues: self.fetcher.freed(queues))
+                                   freed=lambda queues: self.fetcher.freed(queues),
+                                   running=lambda: len(self.jobs))
         self.handlers = HandlerConnections(self.settings, self.id)
         self.heartbeat = Heartbeat(
             self.connections, self.q, self.events, self.closing, self._registration(),
