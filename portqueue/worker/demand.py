@@ -60,15 +60,6 @@ class Demand:
         for queue in self._concurrency:
             self.want(queue)
 
-    def small(self) -> bool:
-        """Whether a claim now would be small and more slots are freeing: every
-        wanted queue with a free slot is backlogged (its last claim was full)
-        and has under half its slots free."""
-        ready = [queue for queue in self._wanted if self.free(queue) > 0]
-        return bool(ready) and all(
-            queue in self._backlogged and self.free(queue) * 2 < self._concurrency[queue]
-            for queue in ready)
-
     def take(self) -> dict[str, int]:
         """The free slots of every wanted queue that has some; those queues are
         no longer wanted until something says so again."""

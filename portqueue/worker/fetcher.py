@@ -31,10 +31,6 @@ from portqueue.worker.stopping import Stopping
 log = logging.getLogger("portqueue.worker")
 
 RECONNECT_MAX_SECONDS = 10.0
-# How long a backlogged queue with under half its slots free waits for more
-# to free before claiming (Demand.small): claims of one or two jobs each
-# from many processes cost a statement per job.
-CLAIM_LINGER_SECONDS = 0.002
 
 
 class Fetcher:
@@ -86,7 +82,6 @@ class Fetcher:
         demand = self._demand
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self._poll_interval
-        lingered = 0.0
         while not self._stopping():
             if not self._room.is_set():
                 # Backpressure: outcomes are not being written as fast as jobs
@@ -104,15 +99,6 @@ class Fetcher:
                 demand.want_all()
                 next_poll = loop.time() + self._poll_interval * demand.poll_stretch
                 continue
-            if demand.small():
-                # A backlog and few slots free: let more free (they are
-                # finishing) so that many processes of few slots each claim
-                # in fewer, larger statements.
-                lingered = lingered or loop.time() + CLAIM_LINGER_SECONDS
-                if lingered > loop.time():
-                    await self._stopping.wait_for(demand.changed, lingered - loop.time())
-                    continue
-            lingered = 0.0
             asked = demand.take()
             try:
                 async with self.claiming:
