@@ -188,14 +188,33 @@ def many_once(dsn: str, processes: int, total: int, jobs: int) -> dict[str, Any]
             "worker_connections_max": most}
 
 
+def idle_round_trips(dsn: str, processes: int, window: float) -> float | None:
+    """Statements per idle worker process per second, from pg_stat_statements
+    over ``window`` seconds (None when the server does not track them)."""
+    if window <= 0:
+        return None
+    with psycopg.connect(dsn, autocommit=True) as db:
+        try:
+            db.execute("SELECT pg_stat_statements_reset()")
+        except psycopg.Error:
+            return None
+        began = time.perf_counter()
+        time.sleep(window)
+        row = db.execute("SELECT sum(calls) FROM pg_stat_statements "
+                         "WHERE query NOT LIKE '%pg_stat_statements%'").fetchone()
+        elapsed = time.perf_counter() - began
+    return None if row is None or row[0] is None else float(row[0]) / processes / elapsed
+
+
 def idle_once(dsn: str, processes: int, rate: float, seconds: float,
-              settle: float) -> dict[str, Any]:
+              settle: float, window: float = 0.0) -> dict[str, Any]:
     reset(dsn)
     procs = start_workers(dsn, processes, 10)
     try:
         # Each worker counts its queue's workers before LISTEN and at every
         # health check (15 s): the first to start counted only those before them.
         time.sleep(settle)
+        round_trips = idle_round_trips(dsn, processes, window)
         with PortQueue(dsn, schema=SCHEMA, application_name="bench-producer") as pq, \
                 psycopg.connect(dsn, autocommit=True) as db:
             for n in range(20):  # warm: the pool's connection, prepared statements
@@ -231,7 +250,7 @@ def idle_once(dsn: str, processes: int, rate: float, seconds: float,
             "start_p50_ms": float(statistics.median(starts)) if starts else None,
             "start_p99_ms": float(starts[min(int(len(starts) * 0.99), len(starts) - 1)])
             if starts else None,
-            "worker_connections": most}
+            "worker_connections": most, "round_trips_per_process_s": round_trips}
 
 
 def summarise(scenario: str, results: list[dict[str, Any]], counts: list[int]) -> None:
@@ -243,8 +262,11 @@ def summarise(scenario: str, results: list[dict[str, Any]], counts: list[int]) -
     for p in counts:
         conns = max(r.get("worker_connections_max", r.get("worker_connections", 0))
                     for r in results if r["processes"] == p)
+        trips = [r["round_trips_per_process_s"] for r in results
+                 if r["processes"] == p and r.get("round_trips_per_process_s") is not None]
         print(f"  {p:3d} processes: {medians[p]:10.2f}  ratio {medians[p] / base:5.2f}  "
-              f"worker connections (most) {conns}")
+              f"worker connections (most) {conns}"
+              + (f"  statements/process/s idle {statistics.median(trips):.2f}" if trips else ""))
 
 
 def main() -> None:
@@ -260,6 +282,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--settle", type=float, default=16.0,
                         help="idle: seconds between the workers' start and the first add")
+    parser.add_argument("--idle-window", type=float, default=0.0,
+                        help="idle: seconds over which to count the idle workers' "
+                        "statements (pg_stat_statements; a server that loads it)")
     parser.add_argument("--max-connections", type=int, default=250,
                         help="the bench cluster's (an A/B against code that holds more "
                         "connections per process needs more)")
@@ -288,12 +313,15 @@ def main() -> None:
                           f"({result['seconds']:.2f}s), worker connections "
                           f"{result['worker_connections_max']}", flush=True)
                 else:
-                    result = idle_once(dsn, p, args.rate, args.seconds, args.settle)
+                    result = idle_once(dsn, p, args.rate, args.seconds, args.settle,
+                                       args.idle_window)
                     print(f"run {run} processes={p}: add p50 {result['add_p50_ms']:.2f} ms, "
                           f"p99 {result['add_p99_ms']:.2f} ms, commit-to-start p50 "
                           f"{result['start_p50_ms']:.2f} ms p99 {result['start_p99_ms']:.0f} "
                           "ms, worker connections "
-                          f"{result['worker_connections']}", flush=True)
+                          f"{result['worker_connections']}, statements per process "
+                          f"per second idle {result['round_trips_per_process_s']}",
+                          flush=True)
                 results.append({"run": run, **result})
         summarise(args.scenario, results, counts)
         RESULTS.mkdir(exist_ok=True)

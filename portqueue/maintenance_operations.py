@@ -34,6 +34,21 @@ def lock_acquired(rows: Rows) -> bool:
     return bool(rows[0]["acquired"])
 
 
+def lead(q: Queries, *, role: str, worker_id: str, seconds: float) -> Query:
+    """Take or renew ``role`` for ``seconds`` unless another worker holds it."""
+    return q("lead_maintenance", role=role, worker_id=worker_id, seconds=seconds)
+
+
+def leadership(rows: Rows) -> tuple[bool, float]:
+    """Whether this worker leads, and the seconds until the current term ends."""
+    return bool(rows[0]["leads"]), float(rows[0]["seconds_left"] or 0.0)
+
+
+def resign(q: Queries, *, worker_id: str) -> Query:
+    """Give up every role this worker leads."""
+    return q("resign_maintenance", worker_id=worker_id)
+
+
 def set_statement_timeout(q: Queries, *, milliseconds: int) -> Query:
     """For the rest of the transaction only."""
     return q("set_statement_timeout", milliseconds=str(milliseconds))

@@ -233,6 +233,11 @@ def peer_ranks(rows: Rows) -> dict[str, int]:
     return {str(row["queue"]): int(row["rank"]) for row in rows}
 
 
+def peer_counts(rows: Rows) -> dict[str, int]:
+    """Queue -> how many live workers it has."""
+    return {str(row["queue"]): int(row["workers"]) for row in rows}
+
+
 # --- judging a preferred_instance_key_pattern for one key ---
 
 

@@ -4,6 +4,28 @@
 -- name: try_maintenance_lock
 SELECT pg_try_advisory_xact_lock(%(key)s) AS acquired;
 
+-- name: lead_maintenance
+-- Take or renew a role ('maintenance', 'scheduler') for this worker until
+-- now() + seconds, unless another worker's term is still running. leads:
+-- whether this worker has it now; seconds_left: until the current term ends
+-- (this worker's or the other's), when to ask again.
+WITH took AS (
+    INSERT INTO {schema}.maintenance_leader AS l (role, worker_id, until)
+    VALUES (%(role)s, %(worker_id)s, now() + make_interval(secs => %(seconds)s))
+    ON CONFLICT (role) DO UPDATE SET worker_id = excluded.worker_id, until = excluded.until
+    WHERE l.until < now() OR l.worker_id = excluded.worker_id
+    RETURNING until
+)
+SELECT EXISTS (SELECT FROM took) AS leads,
+       extract(epoch FROM coalesce(
+           (SELECT until FROM took),
+           (SELECT until FROM {schema}.maintenance_leader WHERE role = %(role)s)) - now()
+       )::float8 AS seconds_left;
+
+-- name: resign_maintenance
+-- A stopping worker hands its roles on at once instead of at its term's end.
+DELETE FROM {schema}.maintenance_leader WHERE worker_id = %(worker_id)s;
+
 -- name: rescue_lapsed
 -- Jobs whose lease lapsed (worker killed, host lost, stalled) go back to
 -- pending, or to failed when their attempts are spent. One guarded UPDATE,

@@ -86,6 +86,13 @@ CREATE TABLE portqueue.job (
     CONSTRAINT job_max_attempts_check CHECK ((max_attempts >= 1))
 );
 
+CREATE TABLE portqueue.maintenance_leader (
+    role text NOT NULL,
+    worker_id uuid NOT NULL,
+    until timestamp with time zone NOT NULL,
+    CONSTRAINT maintenance_leader_pkey PRIMARY KEY (role)
+);
+
 CREATE TABLE portqueue.queue (
     name text NOT NULL,
     paused text,

@@ -121,7 +121,7 @@ def schema(migrated_schema: str, db: psycopg.Connection[Any]) -> str:
     tables = sql.SQL(", ").join(
         sql.Identifier(migrated_schema, table) for table in (
             "job", "schedule", "queue", "worker", "queue_start", "throttle_window",
-            "subscription"))
+            "subscription", "maintenance_leader"))
     db.execute(sql.SQL("TRUNCATE {}").format(tables))
     return migrated_schema
 

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from psycopg_pool import AsyncConnectionPool
 
+from portqueue.maintenance.leader import Leadership
 from portqueue.settings import DEFAULT_RETENTION_SECONDS, Settings, client_settings
 from portqueue.types import Retention
 from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES
@@ -23,6 +24,7 @@ from portqueue.validation import DEFAULT_MAX_PAYLOAD_BYTES
 
 class Service(Protocol):
     name: str
+    leadership: Leadership | None
 
     def run(self, stopping: Callable[[], bool],
             sleep: Callable[[float], Awaitable[None]] = ...) -> Awaitable[None]: ...

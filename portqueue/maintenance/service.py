@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from portqueue import maintenance_operations as ops
 from portqueue._testing import checkpoint
 from portqueue.driver import execute_async
+from portqueue.maintenance.leader import Leadership
 from portqueue.queries import Query
 from portqueue.settings import Settings
 
@@ -47,6 +48,10 @@ class Service:
     # A pass's count in the log, e.g. "expired %d job(s) not started in time".
     done: str
 
+    # Set by the worker: passes run only while this worker leads the role
+    # (None: always, as in ``portqueue prune``).
+    leadership: Leadership | None = None
+
     def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any],
                  interval: float | None = None, batch_size: int | None = None) -> None:
         self.settings = settings
@@ -61,6 +66,9 @@ class Service:
         worker's returns early on stop, so stop() never waits an interval)."""
         while not stopping():
             try:
+                if self.leadership is not None and not await self.leadership.leads():
+                    await sleep(self.next_sleep())
+                    continue
                 count = await self.run_once()
                 if count:
                     log.info(self.done, count)

@@ -46,6 +46,14 @@ MAX_BATCH = 1000
 # claiming (measured: see docs/performance.md, "The worker in parts").
 BACKLOG_PER_SLOT = 4
 RETRY_MAX_SECONDS = 10.0
+# While fewer than LINGER_BATCH outcomes wait and other handlers of this
+# worker still run, a write waits up to LINGER_SECONDS for them: many
+# processes of few slots each otherwise commit an outcome or two at a time,
+# and their commits queue on the WAL (docs/performance.md, "procs"). An
+# idle worker's lone outcome, and a busy worker's batches of LINGER_BATCH
+# or more, are written at once.
+LINGER_BATCH = 16
+LINGER_SECONDS = 0.005
 # Shutting down with no database: after this many failed writes in a row the
 # outcomes are given up (their leases lapse and the rescuer hands the jobs out).
 CLOSING_ATTEMPTS = 5
@@ -68,8 +76,11 @@ class Refill(Protocol):
 class Completer:
     def __init__(self, connections: Connections, queries: Queries, events: EventDispatch,
                  worker_id: str, backlog_cap: int,
-                 freed: Callable[[set[str]], None] = lambda queues: None) -> None:
+                 freed: Callable[[set[str]], None] = lambda queues: None,
+                 running: Callable[[], int] = lambda: 0) -> None:
         self._connections = connections
+        # How many handlers still run: their outcomes may join this batch.
+        self._running = running
         # Told the queues of each batch of outcomes once it has committed:
         # their jobs' slots are free in the database from then on.
         self._freed = freed
@@ -117,11 +128,27 @@ class Completer:
         while True:
             await self._ready.wait()
             self._ready.clear()
+            await self._linger()
             await self._flush()
             if not self._waiting:
                 self.idle.set()
             if self._closing and not self._waiting:
                 return
+
+    async def _linger(self) -> None:
+        """Let a small batch grow while this worker's other handlers finish."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINGER_SECONDS
+        while (not self._closing and 0 < len(self._waiting) < LINGER_BATCH
+               and self._running() > 0):
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(self._ready.wait(), left)
+            except asyncio.TimeoutError:
+                return
+            self._ready.clear()
 
     def _update_room(self) -> None:
         if len(self._waiting) + len(self._writing) < self._backlog_cap:

@@ -29,6 +29,9 @@ class Demand:
         self._wanted: set[str] = set(self._concurrency)
         # Set when a wanted queue gains a free slot: the fetcher waits on it.
         self.changed = asyncio.Event()
+        # The poll interval's multiple between polls (the listener sets it:
+        # a worker among many that hears no wake-ups polls more rarely).
+        self.poll_stretch = 1.0
 
     @property
     def queues(self) -> list[str]:

@@ -104,7 +104,7 @@ class Fetcher:
                     await self._stopping.wait_for(demand.changed, wait)
                     continue
                 demand.want_all()
-                next_poll = loop.time() + self._poll_interval
+                next_poll = loop.time() + self._poll_interval * demand.poll_stretch
                 continue
             asked = demand.take()
             try:

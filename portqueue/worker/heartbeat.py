@@ -82,7 +82,8 @@ class Heartbeat:
             ops.Touch(r.lease, r.spec.lease_seconds, *reports[r.claimed.id]) for r in touched])
 
         async def write() -> list[dict[str, Any]]:
-            rows = await execute_async(conn, touch)
+            # An idle worker only refreshes its own row: one statement, not two.
+            rows = await execute_async(conn, touch) if touched else []
             await execute_async(conn, self._registration)
             return rows
 

@@ -14,8 +14,11 @@ live workers of a queue (the worker table, read before LISTEN and at each
 health check) listen. A worker that is not among them for any of its queues
 LISTENs on no channel at all: PostgreSQL signals every backend that listens
 on any channel of the database at every NOTIFY, whatever the channel. It
-claims at every poll, and the cancels of its running jobs reach them with
-the heartbeat (a third of the lease) instead of at once.
+claims at every poll, stretched so that the queue's pollers together poll
+about WAKE_SHARE times a poll interval (``poll_stretch``; a claim that fills
+its slots claims again as they free, whatever the stretch), and the
+cancels of its running jobs reach them with the heartbeat (a third of the
+lease) instead of at once.
 
 A lost session is said once (one warning), however many reconnects it
 takes (a full server may refuse them for minutes), and its return once
@@ -49,6 +52,16 @@ RECONNECT_MAX_SECONDS = 10.0
 LISTEN_HEALTH_SECONDS = 15.0
 # How many of a queue's workers listen for its wake-ups (the oldest live ones).
 WAKE_SHARE = 4
+# The most poll intervals between the polls of a worker that hears no wake-ups.
+POLL_STRETCH_MAX = 5.0
+
+
+def poll_stretch(workers: dict[str, int]) -> float:
+    """How many poll intervals a worker that hears no wake-ups waits between
+    polls: its queues' pollers together poll about WAKE_SHARE times an
+    interval (the busiest queue's count decides), up to POLL_STRETCH_MAX."""
+    pollers = min(workers.values(), default=WAKE_SHARE + 1) - WAKE_SHARE
+    return min(max(pollers / WAKE_SHARE, 1.0), POLL_STRETCH_MAX)
 
 
 class Listener:
@@ -160,3 +173,5 @@ class Listener:
             rows = await self._connections.within(conn, execute_async(
                 conn, ops.queue_peers(self.q, self._worker_id, queues)))
             self._ranks = ops.peer_ranks(rows)
+            self._demand.poll_stretch = 1.0 if self._wakes_any() else poll_stretch(
+                ops.peer_counts(rows))

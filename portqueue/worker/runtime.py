@@ -31,6 +31,7 @@ from portqueue import worker_operations as ops
 from portqueue.availability import schema_missing
 from portqueue.errors import SchemaNotMigrated
 from portqueue.maintenance import maintenance_services, scheduler_services
+from portqueue.maintenance.leader import Leadership
 from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.admission import admit
@@ -91,6 +92,7 @@ class Worker:
         self._abandon_requested = False
         self._abandoned = False
         self._tasks: list[asyncio.Task[None]] = []
+        self.leaderships: list[Leadership] = []
         # A worker consuming no queue (scheduler and maintenance only) heartbeats
         # its row as if it held the default lease.
         self.lease_seconds_min = min((spec.lease_seconds for spec in self.queues.values()),
@@ -119,7 +121,8 @@ class Worker:
         total = sum(spec.concurrency for spec in self.queues.values())
         self.completer = Completer(self.connections, self.q, self.events, self.id,
                                    backlog_cap=max(BACKLOG_PER_SLOT * total, 1),
-                                   freed=lambda queues: self.fetcher.freed(queues))
+                                   freed=lambda queues: self.fetcher.freed(queues),
+                                   running=lambda: len(self.jobs))
         self.handlers = HandlerConnections(self.settings, self.id)
         self.heartbeat = Heartbeat(
             self.connections, self.q, self.events, self.closing, self._registration(),
@@ -151,15 +154,20 @@ class Worker:
             listener = Listener(self.connections, self.q, self.demand, self.jobs, self.closing,
                                 self.id, self.listen_check_seconds)
             self._spawn(listener.run(), "listener")
-        services = []
-        if self.maintenance_enabled:
-            services += maintenance_services(
-                self.settings, self.connections.pool,
-                lambda ids: self.events.emit_later("job_rescued", ids))
-        if self.scheduler_enabled:
-            services += scheduler_services(self.settings, self.connections.pool)
-        for service in services:
-            self._spawn(service.run(self.stopping, self.stopping.sleep), service.name)
+        # One worker at a time runs each role's services (maintenance/leader.py).
+        pool = self.connections.pool
+        roles = {"maintenance": maintenance_services(
+                     self.settings, pool, lambda ids: self.events.emit_later("job_rescued", ids))
+                 if self.maintenance_enabled else [],
+                 "scheduler": scheduler_services(self.settings, pool)
+                 if self.scheduler_enabled else []}
+        for role, services in roles.items():
+            if services:
+                leadership = Leadership(self.settings, pool, self.id, role)
+                self.leaderships.append(leadership)
+            for service in services:
+                service.leadership = leadership
+                self._spawn(service.run(self.stopping, self.stopping.sleep), service.name)
         log.info("worker %s started: queues=%s instance_key=%s connections=%d", self.id,
                  {name: spec.concurrency for name, spec in self.queues.items()},
                  self.settings.instance_key, self.budget)
@@ -246,6 +254,8 @@ class Worker:
         self.closing.set()
         await budget.end_loops(self._tasks)
         await self.fetcher.close()  # its own, unless its loop never ran
+        for leadership in self.leaderships:
+            await budget.within(leadership.resign(), "handing on " + leadership.role)
         await budget.within(
             self.connections.execute(ops.unregister_worker(self.q, self.id)), "unregistering")
         await self.connections.close()

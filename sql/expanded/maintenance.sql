@@ -4,6 +4,23 @@
 -- name: try_maintenance_lock
 SELECT pg_try_advisory_xact_lock(%(key)s) AS acquired;
 
+-- name: lead_maintenance
+WITH took AS (
+    INSERT INTO "portqueue".maintenance_leader AS l (role, worker_id, until)
+    VALUES (%(role)s, %(worker_id)s, now() + make_interval(secs => %(seconds)s))
+    ON CONFLICT (role) DO UPDATE SET worker_id = excluded.worker_id, until = excluded.until
+    WHERE l.until < now() OR l.worker_id = excluded.worker_id
+    RETURNING until
+)
+SELECT EXISTS (SELECT FROM took) AS leads,
+       extract(epoch FROM coalesce(
+           (SELECT until FROM took),
+           (SELECT until FROM "portqueue".maintenance_leader WHERE role = %(role)s)) - now()
+       )::float8 AS seconds_left;
+
+-- name: resign_maintenance
+DELETE FROM "portqueue".maintenance_leader WHERE worker_id = %(worker_id)s;
+
 -- name: rescue_lapsed
 WITH lapsed AS (
     SELECT id

@@ -99,6 +99,7 @@ EXPECTED_TABLES = {
     "alembic_version", "queue", "job", "schedule", "worker",
     "queue_start", "throttle_window",  # migration 0009 (flow control)
     "subscription",  # migration 0010 (workflows)
+    "maintenance_leader",  # migration 0014
 }
 
 

@@ -1,0 +1,71 @@
+"""Leadership: one worker at a time runs the maintenance services (or the
+scheduler); the others' services stay idle until its term ends.
+
+Without it every worker ran every service on its interval, each pass a
+transaction of its own to find another process had just done the same:
+with many idle worker processes most of the database's statements were
+those. A worker asks for a role with one statement (``lead_maintenance``),
+which takes it when its term ended, renews it when this worker holds it,
+and otherwise says when the other's term ends. Until then this worker's
+services skip their passes without a round trip; the leader renews at
+half its term. A leader that stops resigns; one that freezes or is cut
+off is replaced when its term ends (TERM_SECONDS), which bounds how late a
+lapsed lease is rescued. Being leader is an optimisation, not a lock: each
+pass still takes its service's advisory lock, so two workers that both
+believe they lead never run one service at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from psycopg_pool import AsyncConnectionPool
+
+from portqueue import maintenance_operations as ops
+from portqueue.driver import execute_async
+from portqueue.settings import Settings
+
+TERM_SECONDS = 10.0
+
+
+class Leadership:
+    """One role's leadership as this worker sees it; shared by the services of that role."""
+
+    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any], worker_id: str,
+                 role: str, term: float = TERM_SECONDS) -> None:
+        self._q = settings.queries
+        self._pool = pool
+        self._worker_id = worker_id
+        self.role = role
+        self._term = term
+        self._leads = False
+        self._until = 0.0  # loop time the current term ends (ours or another's)
+        self._asking = asyncio.Lock()
+
+    async def leads(self) -> bool:
+        """Whether this worker should run its passes now; a round trip only when
+        the term ends (or, leading, at half of it)."""
+        async with self._asking:
+            now = asyncio.get_running_loop().time()
+            left = self._until - now
+            if (self._leads and left > self._term / 2) or (not self._leads and left > 0):
+                return self._leads
+            try:
+                async with self._pool.connection() as conn:
+                    rows = await execute_async(conn, ops.lead(
+                        self._q, role=self.role, worker_id=self._worker_id,
+                        seconds=self._term))
+            except BaseException:
+                self._leads, self._until = False, 0.0
+                raise
+            self._leads, seconds = ops.leadership(rows)
+            self._until = now + seconds
+            return self._leads
+
+    async def resign(self) -> None:
+        """Hand the role on (at stop): the next worker takes it at its next ask."""
+        if self._leads:
+            self._leads, self._until = False, 0.0
+            async with self._pool.connection() as conn:
+                await execute_async(conn, ops.resign(self._q, worker_id=self._worker_id))
