@@ -49,10 +49,10 @@ MAX_JUDGED_PER_CLAIM = 4
 # pattern text (what every claim sends). The least recently judged is
 # forgotten first, and judged again if a claim meets it again. A forgotten
 # pattern comes back as an unjudged row until it is judged again, and more
-# distinct patterns than are kept would be judged in turn forever: the bounds are set far above any real mix
-# of patterns, for what one worker's memory and one claim's parameters afford
-# (the byte bound is the old worst case, 1,000 patterns of the 256 characters
-# producers allow).
+# distinct patterns than are kept would be judged in turn forever: the
+# bounds are set far above any real mix of patterns, for what one worker's
+# memory and one claim's parameters afford (the byte bound is the old worst
+# case, 1,000 patterns of the 256 characters producers allow).
 MAX_VERDICTS = 20_000
 MAX_VERDICT_BYTES = 256 * 1_024
 # A pattern over the deadline may only have met a busy server: judged again
