@@ -88,44 +88,57 @@ WITH RECURSIVE wanted AS (
             AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
                  OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 ),
-candidates AS (
-    SELECT c.id, c.expired, c.pattern, wanted.queue, wanted.lease_seconds
+-- Each queue's ready jobs without a pattern: today's single range scan.
+plain AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT r.id, r.expired, r.pattern
-        FROM (
-            SELECT * FROM (
-                SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-                       NULL::text AS pattern, j.priority, j.start_after, j.seq
-                FROM {schema}.job AS j
-                WHERE j.queue = wanted.queue
-                  AND j.status = 'pending'
-                  AND j.preferred_instance_key_pattern IS NULL
-                  AND j.start_after <= now()
-                ORDER BY j.priority DESC, j.start_after, j.seq
-                LIMIT wanted.slots
-                FOR UPDATE OF j SKIP LOCKED
-            ) AS plain
-            UNION ALL
-            SELECT m.*
-            FROM unnest(%(matching_patterns)s::text[]) AS p (pattern)
-            CROSS JOIN LATERAL (
-                SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-                       j.preferred_instance_key_pattern AS pattern, j.priority, j.start_after,
-                       j.seq
-                FROM {schema}.job AS j
-                WHERE j.queue = wanted.queue
-                  AND j.status = 'pending'
-                  AND j.preferred_instance_key_pattern = p.pattern
-                  AND j.start_after <= now()
-                ORDER BY j.priority DESC, j.start_after, j.seq
-                LIMIT wanted.slots
-                FOR UPDATE OF j SKIP LOCKED
-            ) AS m
-        ) AS r
-        ORDER BY r.priority DESC, r.start_after, r.seq
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               NULL::text AS pattern, j.priority, j.start_after, j.seq
+        FROM {schema}.job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+-- Each queue's ready jobs of each pattern the worker matches.
+matched AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    FROM wanted
+    CROSS JOIN unnest(%(matching_patterns)s::text[]) AS p (pattern)
+    CROSS JOIN LATERAL (
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern, j.priority, j.start_after, j.seq
+        FROM {schema}.job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern = p.pattern
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+),
+-- The plain jobs alone when no matching pattern has ready jobs (no ranking);
+-- else both, the first slots of each queue in claim order (the rows locked
+-- past them are not claimed, and free at the claim's commit).
+candidates AS (
+    SELECT p.id, p.expired, p.pattern, p.queue, p.lease_seconds
+    FROM plain AS p
+    WHERE NOT EXISTS (SELECT FROM matched)
+    UNION ALL
+    SELECT r.id, r.expired, r.pattern, r.queue, r.lease_seconds
+    FROM (
+        SELECT u.*, row_number() OVER (PARTITION BY u.queue
+                                       ORDER BY u.priority DESC, u.start_after, u.seq) AS rank
+        FROM (SELECT * FROM plain UNION ALL SELECT * FROM matched) AS u
+        WHERE EXISTS (SELECT FROM matched)
+    ) AS r
+    WHERE r.rank <= r.slots
 ),
 -- The distinct patterns of each queue's pending jobs, one probe each.
 present (queue, pattern) AS (
