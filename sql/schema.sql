@@ -86,13 +86,6 @@ CREATE TABLE portqueue.job (
     CONSTRAINT job_max_attempts_check CHECK ((max_attempts >= 1))
 );
 
-CREATE TABLE portqueue.maintenance_leader (
-    role text NOT NULL,
-    worker_id uuid NOT NULL,
-    until timestamp with time zone NOT NULL,
-    CONSTRAINT maintenance_leader_pkey PRIMARY KEY (role)
-);
-
 CREATE TABLE portqueue.queue (
     name text NOT NULL,
     paused text,
@@ -209,7 +202,8 @@ CREATE TABLE portqueue.worker (
 -- Indexes
 
 CREATE INDEX job_cancelled_dependent_idx ON portqueue.job USING gin (depends_on) WHERE ((depends_on IS NOT NULL) AND (status = 'cancelled'::portqueue.job_status));
-CREATE INDEX job_claim_idx ON portqueue.job USING btree (queue, priority DESC, start_after, seq) WHERE (status = 'pending'::portqueue.job_status);
+CREATE INDEX job_claim_idx ON portqueue.job USING btree (queue, priority DESC, start_after, seq) WHERE ((status = 'pending'::portqueue.job_status) AND (preferred_instance_key_pattern IS NULL));
+CREATE INDEX job_claim_patterned_idx ON portqueue.job USING btree (queue, preferred_instance_key_pattern, priority DESC, start_after, seq) WHERE ((status = 'pending'::portqueue.job_status) AND (preferred_instance_key_pattern IS NOT NULL));
 CREATE UNIQUE INDEX job_debounce_key_uq ON portqueue.job USING btree (queue, debounce_key) WHERE ((debounce_key IS NOT NULL) AND (status = 'pending'::portqueue.job_status));
 CREATE INDEX job_expire_idx ON portqueue.job USING btree (expire_at) WHERE ((status = 'pending'::portqueue.job_status) AND (expire_at IS NOT NULL));
 CREATE INDEX job_finished_idx ON portqueue.job USING btree (queue, status, finished_at) WHERE (finished_at IS NOT NULL);
@@ -235,46 +229,6 @@ CREATE INDEX throttle_window_ends_idx ON portqueue.throttle_window USING btree (
 CREATE INDEX worker_last_seen_idx ON portqueue.worker USING btree (last_seen_at);
 
 -- Functions
-
-CREATE OR REPLACE FUNCTION portqueue.dependency_verdicts(parents uuid[])
- RETURNS TABLE(id uuid, failed_id uuid, released boolean, message text)
- LANGUAGE sql
- STABLE
-AS $function$
-WITH deps AS (
-    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
-           dep.id AS dep_id, dep.ord,
-           coalesce(p.status::text, 'removed') AS state
-    FROM "portqueue".job AS c
-    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
-    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-    WHERE c.depends_on && parents AND cardinality(c.depends_on) > 1
-      AND c.status = 'waiting'
-),
-verdicts AS (
-    SELECT d.id, bool_or(d.runs) AS runs,
-           bool_and(d.state = 'completed') AS all_completed,
-           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
-                                'removed')) AS all_finished,
-           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_id,
-           (array_agg(d.state ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_state
-    FROM deps AS d
-    GROUP BY d.id
-),
-verdicted AS (
-    SELECT v.id, v.failed_id,
-           v.all_completed OR (v.runs AND v.all_finished) AS released,
-           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
-    FROM verdicts AS v
-    WHERE v.all_completed OR (v.runs AND v.all_finished)
-       OR (NOT v.runs AND v.failed_id IS NOT NULL)
-)
-SELECT v.id, v.failed_id, v.released, v.message FROM verdicted AS v
-$function$;
 
 CREATE OR REPLACE FUNCTION portqueue.notify_job_finished()
  RETURNS trigger
@@ -388,6 +342,38 @@ BEGIN
     ORDER BY c.id
     FOR UPDATE OF c;
     IF FOUND THEN
+        WITH deps AS (
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM "portqueue".job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+    WHERE c.depends_on && ARRAY[parent] AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+)
         UPDATE "portqueue".job AS c
         
     SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
@@ -404,7 +390,7 @@ BEGIN
                           'dependency_id', s.failed_id::text, 'attempt', c.attempt,
                           'at', now())) END,
         error = CASE WHEN s.released THEN c.error ELSE s.message END
-        FROM "portqueue".dependency_verdicts(ARRAY[parent]) AS s
+        FROM verdicted AS s
         WHERE c.id = s.id;
     END IF;
     RETURN NULL;
@@ -500,7 +486,39 @@ BEGIN
             ORDER BY c.id
             FOR UPDATE OF c;
             IF FOUND THEN
-                WITH settled AS (
+                WITH deps AS (
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM "portqueue".job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+),
+                settled AS (
                     UPDATE "portqueue".job AS c
                     
     SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
@@ -517,7 +535,7 @@ BEGIN
                           'dependency_id', s.failed_id::text, 'attempt', c.attempt,
                           'at', now())) END,
         error = CASE WHEN s.released THEN c.error ELSE s.message END
-                    FROM "portqueue".dependency_verdicts(shared) AS s
+                    FROM verdicted AS s
                     WHERE c.id = s.id
                     RETURNING c.id, c.status, c.has_dependents, c.has_shared_dependents
                 )
@@ -553,6 +571,6 @@ CREATE TRIGGER queue_limits_changed_notify AFTER UPDATE ON portqueue.queue FOR E
 
 -- The revision migrate() reads to know the schema is current.
 
-INSERT INTO portqueue.alembic_version (version_num) VALUES ('0014');
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0013');
 
 COMMIT;

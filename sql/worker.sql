@@ -56,21 +56,26 @@ DELETE FROM {schema}.worker WHERE id = %(id)s;
 -- One statement claims up to each queue's free slots: ready jobs in priority,
 -- start_after, insertion order, skipping rows other claimers hold (SKIP LOCKED)
 -- and queues paused in any mode. The LATERAL keeps one index scan per queue
--- on job_claim_idx, so the cost follows the number claimed, not the backlog.
--- The attempt is counted here, so a job that kills its worker every time
--- still runs out of attempts. A job found past its expire_at is never started:
--- the same statement marks it expired. lease_token only grows: it is the
--- fencing token every later write for this attempt must match.
+-- on job_claim_idx (pending jobs without a pattern), plus one on
+-- job_claim_patterned_idx per pattern the worker matches, merged in claim
+-- order: the cost follows the number claimed, not the backlog. The attempt is
+-- counted here, so a job that kills its worker every time still runs out of
+-- attempts. A job found past its expire_at is never started: the same
+-- statement marks it expired. lease_token only grows: it is the fencing token
+-- every later write for this attempt must match.
 --
 -- No pattern is evaluated here: a pattern PostgreSQL refuses would fail the
 -- whole claim, and one slow to compile would slow every claim. The worker
 -- passes the patterns it has judged (portqueue.worker.patterns): those that
--- match its key, and those that do not, each looked up in a hash (the IN
--- subqueries), so a job it cannot take is passed over at the cost of a
--- comparison. A job whose pattern it has not judged yet takes a slot but is
--- not claimed: it comes back as an 'unjudged' row carrying the pattern (in
--- data_json), which the worker judges before its next claim.
-WITH wanted AS (
+-- match its key, and those that do not. Jobs of a pattern it does not match
+-- are never read: they are in job_claim_patterned_idx, under their pattern,
+-- and the claim reads only the matching patterns' ranges there. The patterns
+-- present and not judged yet are found by one probe per distinct pattern of
+-- the queue's pending jobs (a loose index scan, skipped by one probe when no
+-- pending job anywhere names a pattern), and come back as 'unjudged' rows
+-- carrying the pattern (in data_json), taking no slot; the worker judges them
+-- before its next claim.
+WITH RECURSIVE wanted AS (
     SELECT w.queue, w.slots, w.lease_seconds
     FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
          AS w (queue, slots, lease_seconds)
@@ -83,23 +88,77 @@ WITH wanted AS (
             AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
                  OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 ),
-candidates AS (
-    SELECT c.id, c.expired, c.pattern, wanted.queue, wanted.lease_seconds
+-- Each queue's ready jobs without a pattern: today's single range scan.
+plain AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern
+               NULL::text AS pattern, j.priority, j.start_after, j.seq
         FROM {schema}.job AS j
         WHERE j.queue = wanted.queue
           AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL
           AND j.start_after <= now()
-          AND (j.preferred_instance_key_pattern IS NULL
-               OR j.preferred_instance_key_pattern NOT IN (
-                      SELECT unnest(%(refused_patterns)s::text[])))
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+-- Each queue's ready jobs of each pattern the worker matches.
+matched AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    FROM wanted
+    CROSS JOIN unnest(%(matching_patterns)s::text[]) AS p (pattern)
+    CROSS JOIN LATERAL (
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern, j.priority, j.start_after, j.seq
+        FROM {schema}.job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern = p.pattern
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+),
+-- The plain jobs alone when no matching pattern has ready jobs (no ranking);
+-- else both, the first slots of each queue in claim order (the rows locked
+-- past them are not claimed, and free at the claim's commit).
+candidates AS (
+    SELECT p.id, p.expired, p.pattern, p.queue, p.lease_seconds
+    FROM plain AS p
+    WHERE NOT EXISTS (SELECT FROM matched)
+    UNION ALL
+    SELECT r.id, r.expired, r.pattern, r.queue, r.lease_seconds
+    FROM (
+        SELECT u.*, row_number() OVER (PARTITION BY u.queue
+                                       ORDER BY u.priority DESC, u.start_after, u.seq) AS rank
+        FROM (SELECT * FROM plain UNION ALL SELECT * FROM matched) AS u
+        WHERE EXISTS (SELECT FROM matched)
+    ) AS r
+    WHERE r.rank <= r.slots
+),
+-- The distinct patterns of each queue's pending jobs, one probe each.
+present (queue, pattern) AS (
+    SELECT w.queue, (
+        SELECT j.preferred_instance_key_pattern FROM {schema}.job AS j
+        WHERE j.queue = w.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NOT NULL
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM wanted AS w
+    WHERE EXISTS (
+        SELECT FROM {schema}.job AS j
+        WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL)
+    UNION ALL
+    SELECT p.queue, (
+        SELECT j.preferred_instance_key_pattern FROM {schema}.job AS j
+        WHERE j.queue = p.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern > p.pattern
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM present AS p
+    WHERE p.pattern IS NOT NULL
 ),
 {claimable},
 claimed AS (
@@ -122,11 +181,14 @@ claimed AS (
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL
-FROM candidates AS c
-WHERE c.pattern IS NOT NULL
-  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+-- At most 64 patterns a claim to judge (the worker judges a few of them).
+(SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL
+ FROM present AS p
+ WHERE p.pattern IS NOT NULL
+   AND p.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+   AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
+ LIMIT 64)
 UNION ALL
 -- A queue passed over for its limits says so ('limited' row): the worker
 -- claims it with claim_limited from then on, learning of a limit from the
@@ -475,21 +537,40 @@ keyed AS (
 -- Jobs no key limit applies to: all of them when the queue is not limited
 -- per key, else those without a key. In a queue limited per key this reads
 -- job_claim_idx past the keyed jobs to find unkeyed ones (its cost:
--- docs/flow-control.md).
+-- docs/flow-control.md). Jobs with a pattern are in job_claim_patterned_idx,
+-- by pattern: the queue's pending ones not refused are read and sorted.
 unkeyed AS (
-    SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-           (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-           j.preferred_instance_key_pattern AS pattern,
-           %(lease_seconds)s::integer AS lease_seconds
-    FROM {schema}.job AS j
-    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= statement_timestamp()
-      AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
-      AND (j.preferred_instance_key_pattern IS NULL
-           OR j.preferred_instance_key_pattern NOT IN (
-                  SELECT unnest(%(refused_patterns)s::text[])))
-    ORDER BY j.priority DESC, j.start_after, j.seq
+    SELECT u.* FROM (
+        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                j.preferred_instance_key_pattern AS pattern,
+                %(lease_seconds)s::integer AS lease_seconds
+         FROM {schema}.job AS j
+         WHERE j.queue = %(queue)s AND j.status = 'pending'
+           AND j.preferred_instance_key_pattern IS NULL
+           AND j.start_after <= statement_timestamp()
+           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+         ORDER BY j.priority DESC, j.start_after, j.seq
+         LIMIT (SELECT b.n FROM budget AS b)
+         FOR UPDATE OF j SKIP LOCKED) AS plain
+        UNION ALL
+        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                j.preferred_instance_key_pattern AS pattern,
+                %(lease_seconds)s::integer AS lease_seconds
+         FROM {schema}.job AS j
+         WHERE j.queue = %(queue)s AND j.status = 'pending'
+           AND j.preferred_instance_key_pattern IS NOT NULL
+           AND j.start_after <= statement_timestamp()
+           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+           AND j.preferred_instance_key_pattern NOT IN (
+                   SELECT unnest(%(refused_patterns)s::text[]))
+         ORDER BY j.priority DESC, j.start_after, j.seq
+         LIMIT (SELECT b.n FROM budget AS b)
+         FOR UPDATE OF j SKIP LOCKED) AS patterned
+    ) AS u
+    ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
-    FOR UPDATE OF j SKIP LOCKED
 ),
 candidates AS (
     SELECT u.* FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS u

@@ -136,7 +136,12 @@ class Fetcher:
             # A queue that filled its free slots may have more waiting: it is
             # claimed again as soon as a slot of it frees, not at the next
             # NOTIFY or poll, whatever the other queues returned.
-            claimed = Counter(row.queue for row in rows)
+            claimed = Counter(row.queue for row in rows if row.status != UNJUDGED)
+            for row in rows:
+                # An unjudged row takes no slot, but the patterns judged after
+                # it may make jobs claimable: the queue is claimed again at once.
+                if row.status == UNJUDGED:
+                    claimed[row.queue] = asked.get(row.queue, 0)
             if not self._settings.poll_only:
                 # A limited queue is claimed again when a slot frees in the
                 # database (the completion's NOTIFY), not when a handler here

@@ -4,10 +4,12 @@ The claim never evaluates a pattern: a pattern PostgreSQL refuses would fail
 every claim that met it, in every queue of the worker, and one slow to compile
 (PostgreSQL caches 32 compiled patterns per session) would cost every claim
 again. Instead the claim takes two lists from here: the patterns judged to
-match this worker's key (claimable) and those judged not to (passed over). A
-ready row whose pattern is in neither is locked for the claim's statement but
-not claimed; it comes back as a row of status ``unjudged`` with its pattern in
-``data_json``, and the worker judges those patterns before its next claim.
+match this worker's key (claimable) and those judged not to. The claim reads
+the jobs of the matching patterns only (job_claim_patterned_idx holds pending
+patterned jobs by pattern), so the jobs of a refused pattern cost it nothing.
+A pattern of pending jobs in neither list comes back as a row of status
+``unjudged`` with its pattern in ``data_json``, taking no slot, and the
+worker judges those patterns before its next claim.
 
 A judgement is one statement per pattern, under a deadline of its own: a
 pattern refused, or over the deadline, is judged "no match" and the jobs naming
@@ -46,12 +48,11 @@ MAX_JUDGED_PER_CLAIM = 4
 # count (the worker's memory, the claim's hash of them) and by the bytes of
 # pattern text (what every claim sends). The least recently judged is
 # forgotten first, and judged again if a claim meets it again. A forgotten
-# pattern's rows take claim slots again (as unjudged rows) until it is judged
-# again, and more distinct unmatched patterns ahead of a job than are kept
-# would take them at every claim: the bounds are set far above any real mix
-# of patterns, for what one worker's memory and one claim's parameters afford
-# (the byte bound is the old worst case, 1,000 patterns of the 256 characters
-# producers allow).
+# pattern comes back as an unjudged row until it is judged again, and more
+# distinct patterns than are kept would be judged in turn forever: the
+# bounds are set far above any real mix of patterns, for what one worker's
+# memory and one claim's parameters afford (the byte bound is the old worst
+# case, 1,000 patterns of the 256 characters producers allow).
 MAX_VERDICTS = 20_000
 MAX_VERDICT_BYTES = 256 * 1_024
 # A pattern over the deadline may only have met a busy server: judged again

@@ -46,7 +46,7 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = now();
 DELETE FROM "portqueue".worker WHERE id = %(id)s;
 
 -- name: claim
-WITH wanted AS (
+WITH RECURSIVE wanted AS (
     SELECT w.queue, w.slots, w.lease_seconds
     FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
          AS w (queue, slots, lease_seconds)
@@ -57,23 +57,71 @@ WITH wanted AS (
             AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
                  OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 ),
-candidates AS (
-    SELECT c.id, c.expired, c.pattern, wanted.queue, wanted.lease_seconds
+plain AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
     FROM wanted
     CROSS JOIN LATERAL (
         SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern
+               NULL::text AS pattern, j.priority, j.start_after, j.seq
         FROM "portqueue".job AS j
         WHERE j.queue = wanted.queue
           AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL
           AND j.start_after <= now()
-          AND (j.preferred_instance_key_pattern IS NULL
-               OR j.preferred_instance_key_pattern NOT IN (
-                      SELECT unnest(%(refused_patterns)s::text[])))
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+matched AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    FROM wanted
+    CROSS JOIN unnest(%(matching_patterns)s::text[]) AS p (pattern)
+    CROSS JOIN LATERAL (
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern, j.priority, j.start_after, j.seq
+        FROM "portqueue".job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern = p.pattern
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+),
+candidates AS (
+    SELECT p.id, p.expired, p.pattern, p.queue, p.lease_seconds
+    FROM plain AS p
+    WHERE NOT EXISTS (SELECT FROM matched)
+    UNION ALL
+    SELECT r.id, r.expired, r.pattern, r.queue, r.lease_seconds
+    FROM (
+        SELECT u.*, row_number() OVER (PARTITION BY u.queue
+                                       ORDER BY u.priority DESC, u.start_after, u.seq) AS rank
+        FROM (SELECT * FROM plain UNION ALL SELECT * FROM matched) AS u
+        WHERE EXISTS (SELECT FROM matched)
+    ) AS r
+    WHERE r.rank <= r.slots
+),
+present (queue, pattern) AS (
+    SELECT w.queue, (
+        SELECT j.preferred_instance_key_pattern FROM "portqueue".job AS j
+        WHERE j.queue = w.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NOT NULL
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM wanted AS w
+    WHERE EXISTS (
+        SELECT FROM "portqueue".job AS j
+        WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL)
+    UNION ALL
+    SELECT p.queue, (
+        SELECT j.preferred_instance_key_pattern FROM "portqueue".job AS j
+        WHERE j.queue = p.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern > p.pattern
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM present AS p
+    WHERE p.pattern IS NOT NULL
 ),
 claimable AS (
     SELECT c.id FROM candidates AS c
@@ -109,11 +157,13 @@ claimed AS (
 )
 SELECT * FROM claimed
 UNION ALL
-SELECT c.id::text, c.queue, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL
-FROM candidates AS c
-WHERE c.pattern IS NOT NULL
-  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+(SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL
+ FROM present AS p
+ WHERE p.pattern IS NOT NULL
+   AND p.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+   AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
+ LIMIT 64)
 UNION ALL
 SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
@@ -361,19 +411,37 @@ keyed AS (
     WHERE k.partition_key IS NOT NULL
 ),
 unkeyed AS (
-    SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-           (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-           j.preferred_instance_key_pattern AS pattern,
-           %(lease_seconds)s::integer AS lease_seconds
-    FROM "portqueue".job AS j
-    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.start_after <= statement_timestamp()
-      AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
-      AND (j.preferred_instance_key_pattern IS NULL
-           OR j.preferred_instance_key_pattern NOT IN (
-                  SELECT unnest(%(refused_patterns)s::text[])))
-    ORDER BY j.priority DESC, j.start_after, j.seq
+    SELECT u.* FROM (
+        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                j.preferred_instance_key_pattern AS pattern,
+                %(lease_seconds)s::integer AS lease_seconds
+         FROM "portqueue".job AS j
+         WHERE j.queue = %(queue)s AND j.status = 'pending'
+           AND j.preferred_instance_key_pattern IS NULL
+           AND j.start_after <= statement_timestamp()
+           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+         ORDER BY j.priority DESC, j.start_after, j.seq
+         LIMIT (SELECT b.n FROM budget AS b)
+         FOR UPDATE OF j SKIP LOCKED) AS plain
+        UNION ALL
+        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                j.preferred_instance_key_pattern AS pattern,
+                %(lease_seconds)s::integer AS lease_seconds
+         FROM "portqueue".job AS j
+         WHERE j.queue = %(queue)s AND j.status = 'pending'
+           AND j.preferred_instance_key_pattern IS NOT NULL
+           AND j.start_after <= statement_timestamp()
+           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+           AND j.preferred_instance_key_pattern NOT IN (
+                   SELECT unnest(%(refused_patterns)s::text[]))
+         ORDER BY j.priority DESC, j.start_after, j.seq
+         LIMIT (SELECT b.n FROM budget AS b)
+         FOR UPDATE OF j SKIP LOCKED) AS patterned
+    ) AS u
+    ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
-    FOR UPDATE OF j SKIP LOCKED
 ),
 candidates AS (
     SELECT u.* FROM (SELECT * FROM keyed UNION ALL SELECT * FROM unkeyed) AS u
