@@ -86,6 +86,13 @@ CREATE TABLE portqueue.job (
     CONSTRAINT job_max_attempts_check CHECK ((max_attempts >= 1))
 );
 
+CREATE TABLE portqueue.maintenance_leader (
+    role text NOT NULL,
+    worker_id uuid NOT NULL,
+    until timestamp with time zone NOT NULL,
+    CONSTRAINT maintenance_leader_pkey PRIMARY KEY (role)
+);
+
 CREATE TABLE portqueue.queue (
     name text NOT NULL,
     paused text,
@@ -230,6 +237,46 @@ CREATE INDEX worker_last_seen_idx ON portqueue.worker USING btree (last_seen_at)
 
 -- Functions
 
+CREATE OR REPLACE FUNCTION portqueue.dependency_verdicts(parents uuid[])
+ RETURNS TABLE(id uuid, failed_id uuid, released boolean, message text)
+ LANGUAGE sql
+ STABLE
+AS $function$
+WITH deps AS (
+    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
+           dep.id AS dep_id, dep.ord,
+           coalesce(p.status::text, 'removed') AS state
+    FROM "portqueue".job AS c
+    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
+    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
+    WHERE c.depends_on && parents AND cardinality(c.depends_on) > 1
+      AND c.status = 'waiting'
+),
+verdicts AS (
+    SELECT d.id, bool_or(d.runs) AS runs,
+           bool_and(d.state = 'completed') AS all_completed,
+           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
+                                'removed')) AS all_finished,
+           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_id,
+           (array_agg(d.state ORDER BY d.ord) FILTER (
+               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
+               AS failed_state
+    FROM deps AS d
+    GROUP BY d.id
+),
+verdicted AS (
+    SELECT v.id, v.failed_id,
+           v.all_completed OR (v.runs AND v.all_finished) AS released,
+           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
+    FROM verdicts AS v
+    WHERE v.all_completed OR (v.runs AND v.all_finished)
+       OR (NOT v.runs AND v.failed_id IS NOT NULL)
+)
+SELECT v.id, v.failed_id, v.released, v.message FROM verdicted AS v
+$function$;
+
 CREATE OR REPLACE FUNCTION portqueue.notify_job_finished()
  RETURNS trigger
  LANGUAGE plpgsql
@@ -342,38 +389,6 @@ BEGIN
     ORDER BY c.id
     FOR UPDATE OF c;
     IF FOUND THEN
-        WITH deps AS (
-    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
-           dep.id AS dep_id, dep.ord,
-           coalesce(p.status::text, 'removed') AS state
-    FROM "portqueue".job AS c
-    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
-    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-    WHERE c.depends_on && ARRAY[parent] AND cardinality(c.depends_on) > 1
-      AND c.status = 'waiting'
-),
-verdicts AS (
-    SELECT d.id, bool_or(d.runs) AS runs,
-           bool_and(d.state = 'completed') AS all_completed,
-           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
-                                'removed')) AS all_finished,
-           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_id,
-           (array_agg(d.state ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_state
-    FROM deps AS d
-    GROUP BY d.id
-),
-verdicted AS (
-    SELECT v.id, v.failed_id,
-           v.all_completed OR (v.runs AND v.all_finished) AS released,
-           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
-    FROM verdicts AS v
-    WHERE v.all_completed OR (v.runs AND v.all_finished)
-       OR (NOT v.runs AND v.failed_id IS NOT NULL)
-)
         UPDATE "portqueue".job AS c
         
     SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
@@ -390,7 +405,7 @@ verdicted AS (
                           'dependency_id', s.failed_id::text, 'attempt', c.attempt,
                           'at', now())) END,
         error = CASE WHEN s.released THEN c.error ELSE s.message END
-        FROM verdicted AS s
+        FROM "portqueue".dependency_verdicts(ARRAY[parent]) AS s
         WHERE c.id = s.id;
     END IF;
     RETURN NULL;
@@ -486,39 +501,7 @@ BEGIN
             ORDER BY c.id
             FOR UPDATE OF c;
             IF FOUND THEN
-                WITH deps AS (
-    SELECT c.id, c.on_dependency_failure IS NOT DISTINCT FROM 'run' AS runs,
-           dep.id AS dep_id, dep.ord,
-           coalesce(p.status::text, 'removed') AS state
-    FROM "portqueue".job AS c
-    CROSS JOIN LATERAL unnest(c.depends_on) WITH ORDINALITY AS dep (id, ord)
-    LEFT JOIN "portqueue".job AS p ON p.id = dep.id
-    WHERE c.depends_on && shared AND cardinality(c.depends_on) > 1
-      AND c.status = 'waiting'
-),
-verdicts AS (
-    SELECT d.id, bool_or(d.runs) AS runs,
-           bool_and(d.state = 'completed') AS all_completed,
-           bool_and(d.state IN ('completed', 'failed', 'cancelled', 'expired',
-                                'removed')) AS all_finished,
-           (array_agg(d.dep_id ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_id,
-           (array_agg(d.state ORDER BY d.ord) FILTER (
-               WHERE d.state IN ('failed', 'cancelled', 'expired', 'removed')))[1]
-               AS failed_state
-    FROM deps AS d
-    GROUP BY d.id
-),
-verdicted AS (
-    SELECT v.id, v.failed_id,
-           v.all_completed OR (v.runs AND v.all_finished) AS released,
-           'dependency ' || v.failed_id || ' ended ' || v.failed_state AS message
-    FROM verdicts AS v
-    WHERE v.all_completed OR (v.runs AND v.all_finished)
-       OR (NOT v.runs AND v.failed_id IS NOT NULL)
-),
-                settled AS (
+                WITH settled AS (
                     UPDATE "portqueue".job AS c
                     
     SET status = CASE WHEN s.released THEN 'pending' ELSE 'cancelled' END::"portqueue".job_status,
@@ -535,7 +518,7 @@ verdicted AS (
                           'dependency_id', s.failed_id::text, 'attempt', c.attempt,
                           'at', now())) END,
         error = CASE WHEN s.released THEN c.error ELSE s.message END
-                    FROM verdicted AS s
+                    FROM "portqueue".dependency_verdicts(shared) AS s
                     WHERE c.id = s.id
                     RETURNING c.id, c.status, c.has_dependents, c.has_shared_dependents
                 )
@@ -571,6 +554,6 @@ CREATE TRIGGER queue_limits_changed_notify AFTER UPDATE ON portqueue.queue FOR E
 
 -- The revision migrate() reads to know the schema is current.
 
-INSERT INTO portqueue.alembic_version (version_num) VALUES ('0013');
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0015');
 
 COMMIT;
