@@ -116,8 +116,7 @@ class Completer:
     def unwritten(self) -> set[str]:
         """The queues of outcomes waiting or being written that free a slot
         when written (a ``Settled`` one freed its slot when it committed)."""
-        return {outcome.running.claimed.queue for outcome in (*self._writing, *self._waiting)
-                if isinstance(outcome, Completion | Failure | Snoozed)}
+        return _slot_freeing_queues((*self._writing, *self._waiting))
 
     def close(self) -> None:
         """Write what is queued, then end ``run``."""
@@ -215,8 +214,7 @@ class Completer:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         if snoozes:
             queries.append(ops.snooze_jobs(self.q, [s.as_json() for s in snoozes]))
-        freeing = {o.running.claimed.queue for o in batch
-                   if isinstance(o, Completion | Failure | Snoozed)}
+        freeing = _slot_freeing_queues(batch)
         results, refilled = await self._execute(queries, freeing) if queries else ([], set())
         written = ops.completed_ids(results[0]) if completions else set()
         if failures:
@@ -344,3 +342,10 @@ class Completer:
 
 _KINDS = {"job_completed": "completed", "job_failed": "failed", "job_retrying": "retried",
           "job_cancelled": "cancelled"}
+
+
+def _slot_freeing_queues(outcomes: Iterable[Outcome]) -> set[str]:
+    """The queues whose slots these outcomes free once written (a ``Settled``
+    one freed its slot when its own transaction committed)."""
+    return {outcome.running.claimed.queue for outcome in outcomes
+            if isinstance(outcome, Completion | Failure | Snoozed)}
