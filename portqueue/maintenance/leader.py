@@ -8,9 +8,12 @@ those. A worker asks for a role with one statement (``lead_maintenance``),
 which takes it when its term ended, renews it when this worker holds it,
 and otherwise says when the other's term ends. Until then this worker's
 services skip their passes without a round trip; the leader renews at
-half its term. A leader that stops resigns; one that freezes or is cut
-off is replaced when its term ends (TERM_SECONDS), which bounds how late a
-lapsed lease is rescued. Being leader is an optimisation, not a lock: each
+half its term, from its own loop (``keep``), so only a live leader keeps
+the role. A leader that stops resigns; one that freezes or is cut off is
+replaced when its term ends. The term is the shorter of TERM_SECONDS and the
+worker's shortest lease (``term_for``): a frozen leader's own jobs lapse
+with their lease, and the role must come free as soon, or nobody rescues
+them until the term ends. Being leader is an optimisation, not a lock: each
 pass still takes its service's advisory lock, so two workers that both
 believe they lead never run one service at once.
 """
@@ -18,15 +21,25 @@ believe they lead never run one service at once.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from portqueue import maintenance_operations as ops
 from portqueue.driver import execute_async
 from portqueue.settings import Settings
 
+log = logging.getLogger("portqueue.maintenance")
+
 TERM_SECONDS = 10.0
+
+
+def term_for(lease_seconds: float) -> float:
+    """The term of a worker whose shortest lease is ``lease_seconds``."""
+    return min(TERM_SECONDS, lease_seconds)
 
 
 class Leadership:
@@ -62,6 +75,20 @@ class Leadership:
             self._leads, seconds = ops.leadership(rows)
             self._until = now + seconds
             return self._leads
+
+    async def keep(self, stopping: Callable[[], bool],
+                   sleep: Callable[[float], Awaitable[None]]) -> None:
+        """While leading, renew between passes too: a term shorter than the
+        interval of the role's passes would otherwise lapse between them, and
+        the role would pass from worker to worker. No statement while not
+        leading; the services' passes ask then."""
+        while not stopping():
+            if self._leads:
+                try:
+                    await self.leads()
+                except psycopg.Error as exc:
+                    log.warning("renewing the %s leadership failed: %s", self.role, exc)
+            await sleep(self._term / 4)
 
     async def resign(self) -> None:
         """Hand the role on (at stop): the next worker takes it at its next ask."""

@@ -31,7 +31,7 @@ from portqueue import worker_operations as ops
 from portqueue.availability import schema_missing
 from portqueue.errors import SchemaNotMigrated
 from portqueue.maintenance import maintenance_services, scheduler_services
-from portqueue.maintenance.leader import Leadership
+from portqueue.maintenance.leader import Leadership, term_for
 from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.admission import admit
@@ -163,8 +163,11 @@ class Worker:
                  if self.scheduler_enabled else []}
         for role, services in roles.items():
             if services:
-                leadership = Leadership(self.settings, pool, self.id, role)
+                leadership = Leadership(self.settings, pool, self.id, role,
+                                        term_for(self.lease_seconds_min))
                 self.leaderships.append(leadership)
+                self._spawn(leadership.keep(self.stopping, self.stopping.sleep),
+                            f"{role}-leadership")
             for service in services:
                 service.leadership = leadership
                 self._spawn(service.run(self.stopping, self.stopping.sleep), service.name)

@@ -22,6 +22,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from portqueue import AsyncPortQueue, PortQueue
 from portqueue.worker.job import AsyncJob, Job
@@ -50,7 +51,8 @@ EXCEPTIONS = {
     "CancelledError": "asyncio.exceptions.CancelledError",
     "CustomStop": "tests.faults.handlers_app.CustomStop",
 }
-BLOCK_SECONDS = 8.0
+BLOCK_SECONDS = 10.0
+LEASE_SECONDS = 1
 GRACE_SECONDS = 1.0
 # Stop bound for a worker whose handler refuses to end: the drain's grace, the
 # unwind the cancelled handlers get, and a margin for a busy 2-core host.
@@ -110,20 +112,26 @@ def test_an_async_handler_blocking_the_event_loop_past_its_lease_is_fenced_out(
     heartbeat renews the lease, so it lapses; the other worker's rescuer hands
     the job out again and runs it. When the frozen loop resumes, its handler's
     ``job.transaction()`` completion no longer matches the lease and rolls
-    back: one effect, from the run that owns the row."""
+    back: one effect, from the run that owns the row.
+
+    The frozen worker is the maintenance leader, the case where nobody else
+    may rescue until its term ends: the term must end with its lease."""
     db = ledger_db
-    # Both running before the job exists: whichever claims it freezes, and the
-    # other's start-up is not part of the race against the blocked loop.
-    workers = [fleet.worker(app=APP, lease_seconds=1) for _ in range(2)]
+    frozen = fleet.worker(app=APP, lease_seconds=LEASE_SECONDS)
+    wait_until(lambda: leader(db, schema) == frozen.pid, 10, "the first worker to lead")
     job_id = pq.add_job(queue=QUEUE, data={"fault": "block_loop", "seconds": BLOCK_SECONDS,
                                            "fault_runs": [1]},
                         retry={"max_attempts": 2}).job_id
     assert job_id is not None
-    (claim,) = wait_claimed(db, job_id)
+    wait_claimed(db, job_id)
     blocked_at = time.monotonic()
-    (frozen,) = [w for w in workers if w.pid == claim["pid"]]
-    (other,) = [w for w in workers if w is not frozen]
-    row = wait_status(db, schema, job_id, {"completed", "failed"}, timeout=BLOCK_SECONDS,
+    term_left = db.execute(sql.SQL(
+        "SELECT extract(epoch FROM until - now()) FROM {} WHERE role = 'maintenance'").format(
+        sql.Identifier(schema, "maintenance_leader"))).fetchone()
+    assert term_left is not None and term_left[0] <= LEASE_SECONDS + 0.1, term_left
+    other = fleet.worker(app=APP, lease_seconds=LEASE_SECONDS)
+    row = wait_status(db, schema, job_id, {"completed", "failed"},
+                      timeout=BLOCK_SECONDS - (time.monotonic() - blocked_at),
                       what="the other worker to rescue and finish the job while the "
                            "first one's loop is blocked")
     recovered = time.monotonic() - blocked_at
@@ -149,6 +157,16 @@ def test_an_async_handler_blocking_the_event_loop_past_its_lease_is_fenced_out(
     figures = assert_nothing_lost(db, schema, [job_id, later], faulted=[job_id])
     report(figures, faults=f"event loop blocked {BLOCK_SECONDS:.0f}s past a 1s lease",
            fenced_completions=1, recovered_s=f"{recovered:.1f}")
+
+
+def leader(db: psycopg.Connection[Any], schema: str) -> int | None:
+    """The pid of the worker leading the maintenance role, if any."""
+    row = db.execute(sql.SQL(
+        "SELECT w.pid FROM {} l JOIN {} w ON w.id = l.worker_id "
+        "WHERE l.role = 'maintenance' AND l.until > now()").format(
+        sql.Identifier(schema, "maintenance_leader"), sql.Identifier(schema, "worker"))
+    ).fetchone()
+    return None if row is None else int(row[0])
 
 
 def test_a_handler_swallowing_its_cancellation_cannot_hold_the_worker_or_its_connection(
