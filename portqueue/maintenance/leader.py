@@ -26,11 +26,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool
 
 from portqueue import maintenance_operations as ops
-from portqueue.driver import execute_async
+from portqueue.queries import Query
 from portqueue.settings import Settings
+
+# Runs statements on the worker's pool within the pool role's deadline
+# (``Connections.execute``): an ask on a connection that stopped answering
+# must fail, or it would hold the pool's connection and this role for good.
+Execute = Callable[[Query], Awaitable[list[list[dict[str, Any]]]]]
 
 log = logging.getLogger("portqueue.maintenance")
 
@@ -45,10 +49,10 @@ def term_for(lease_seconds: float) -> float:
 class Leadership:
     """One role's leadership as this worker sees it; shared by the services of that role."""
 
-    def __init__(self, settings: Settings, pool: AsyncConnectionPool[Any], worker_id: str,
+    def __init__(self, settings: Settings, execute: Execute, worker_id: str,
                  role: str, term: float = TERM_SECONDS) -> None:
         self._q = settings.queries
-        self._pool = pool
+        self._execute = execute
         self._worker_id = worker_id
         self.role = role
         self._term = term
@@ -65,10 +69,8 @@ class Leadership:
             if (self._leads and left > self._term / 2) or (not self._leads and left > 0):
                 return self._leads
             try:
-                async with self._pool.connection() as conn:
-                    rows = await execute_async(conn, ops.lead(
-                        self._q, role=self.role, worker_id=self._worker_id,
-                        seconds=self._term))
+                (rows,) = await self._execute(ops.lead(
+                    self._q, role=self.role, worker_id=self._worker_id, seconds=self._term))
             except BaseException:
                 self._leads, self._until = False, 0.0
                 raise
@@ -94,5 +96,4 @@ class Leadership:
         """Hand the role on (at stop): the next worker takes it at its next ask."""
         if self._leads:
             self._leads, self._until = False, 0.0
-            async with self._pool.connection() as conn:
-                await execute_async(conn, ops.resign(self._q, worker_id=self._worker_id))
+            await self._execute(ops.resign(self._q, worker_id=self._worker_id))

@@ -163,7 +163,7 @@ class Worker:
                  if self.scheduler_enabled else []}
         for role, services in roles.items():
             if services:
-                leadership = Leadership(self.settings, pool, self.id, role,
+                leadership = Leadership(self.settings, self.connections.execute, self.id, role,
                                         term_for(self.lease_seconds_min))
                 self.leaderships.append(leadership)
                 self._spawn(leadership.keep(self.stopping, self.stopping.sleep),
