@@ -148,3 +148,22 @@ def test_a_first_dependent_added_during_the_completion_is_released(
     assert status(db, schema, late) == "pending"
     assert job_row(db, schema, parent.job_id)["dependents_released"] is False
 
+
+
+def test_a_dependent_added_in_the_completing_transaction_is_released(
+    pq: PortQueue, db: Db, schema: str, pg_dsn: str
+) -> None:
+    # A handler that adds a dependent of its own job in job.transaction(),
+    # which the completion then commits: the add is the completion's own
+    # earlier write, which its snapshot sees.
+    (parent,) = pq.add_jobs(queue="parents", jobs=[{"data": 0}])
+    assert parent.job_id is not None
+    (row,) = claim(db, schema, "parents", 1)
+    query = completion(schema, [row])
+    with psycopg.connect(pg_dsn) as handler:
+        child = pq.add_job(queue="children", data="own", depends_on=[parent.job_id],
+                           tx=from_psycopg(handler))
+        assert child.status.value == "waiting"
+        assert handler.execute(query.sql, dict(query.params)).fetchone() == ([parent.job_id],)
+        handler.commit()
+    assert status(db, schema, str(child.job_id)) == "pending"
