@@ -141,17 +141,18 @@ def main() -> None:
             empty(args.dsn, here)
             adds.append(add_round(args.dsn, here, args.adds))
             order = [True, False] if run % 2 == 0 else [False, True]
-            for with_dependencies in order:
-                empty(args.dsn, here)
-                add_drain_jobs(args.dsn, here, args.drain, with_dependencies)
-                (dependent if with_dependencies else plain).append(
-                    drain(args.dsn, here, ROOT))
+            # Which checkout drains first alternates too: a drain that follows
+            # another measured differently from the first of a run.
+            sides = [(here, ROOT, dependent, plain)]
             if args.main:
+                sides.append((base, args.main, main_dependent, main_plain))
+            for schema, root, with_results, without_results in (
+                    sides if run % 4 < 2 else sides[::-1]):
                 for with_dependencies in order:
-                    empty(args.dsn, base)
-                    add_drain_jobs(args.dsn, base, args.drain, with_dependencies)
-                    (main_dependent if with_dependencies else main_plain).append(
-                        drain(args.dsn, base, args.main))
+                    empty(args.dsn, schema)
+                    add_drain_jobs(args.dsn, schema, args.drain, with_dependencies)
+                    (with_results if with_dependencies else without_results).append(
+                        drain(args.dsn, schema, root))
             print(f"run {run + 1}: add flow {adds[-1][0] * 1000:.2f} ms, add_jobs "
                   f"{adds[-1][1] * 1000:.2f} ms; drain plain {plain[-1][0]:.3f} s "
                   f"({plain[-1][1]:.3f} s CPU), with one dependency {dependent[-1][0]:.3f} s "

@@ -24,16 +24,24 @@ from psycopg import sql
 from portqueue import AsyncPortQueue
 
 
-async def backend_cpu_ns(conn: psycopg.AsyncConnection[Any]) -> int:
-    """CPU time of every backend of this database but this session's."""
+async def backend_cpu_ns(conn: psycopg.AsyncConnection[Any]) -> dict[int, int]:
+    """CPU time of each backend of this database but this session's, by pid."""
     rows = await (await conn.execute(
         "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
         "AND pid <> pg_backend_pid()")).fetchall()
-    total = 0
+    times = {}
     for (pid,) in rows:
         with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            total += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-    return total
+            times[pid] = int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+    return times
+
+
+def spent(before: dict[int, int], after: dict[int, int]) -> int:
+    """The CPU the backends alive at the end spent since ``before``. A backend
+    gone by then (a session of the previous drain still exiting at the start)
+    counts nothing: subtracting the time it had spent before this drain, as a
+    difference of sums did, made a drain that followed another look cheaper."""
+    return sum(ns - before.get(pid, 0) for pid, ns in after.items())
 
 
 async def main(dsn: str, schema: str) -> None:
@@ -57,7 +65,7 @@ async def main(dsn: str, schema: str) -> None:
                     break
                 await asyncio.sleep(0.01)
             elapsed = time.perf_counter() - first[0]
-            cpu = await backend_cpu_ns(conn) - cpu_before
+            cpu = spent(cpu_before, await backend_cpu_ns(conn))
         finally:
             await apq.stop()
             await apq.aclose()

@@ -436,8 +436,13 @@ parents AS (
         has_shared_dependents = p.has_shared_dependents
                                 OR p.id = ANY(%(shared_parents)s::uuid[])
     WHERE p.id = ANY(%(parents)s::uuid[])
-      AND NOT (p.has_dependents AND (p.has_shared_dependents
-                                     OR NOT p.id = ANY(%(shared_parents)s::uuid[])))
+      -- A dependency not completed is written even when its flags are set
+      -- already: a completion waiting for this add's lock then finds a newer
+      -- version of the row than its snapshot read, and leaves the release of
+      -- this add's dependents to the row trigger (complete_jobs).
+      AND (p.status <> 'completed'
+           OR NOT (p.has_dependents AND (p.has_shared_dependents
+                                         OR NOT p.id = ANY(%(shared_parents)s::uuid[]))))
       AND NOT EXISTS (SELECT FROM paused)
 ),
 {graph_insert};

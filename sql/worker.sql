@@ -221,7 +221,20 @@ completed AS (
         finished_at = now(),
         lease_expires_at = NULL,
         progress = coalesce(d.progress, j.progress),
-        attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END
+        attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END,
+        -- The released CTE below releases this job's dependents from this
+        -- statement's snapshot. When the row it completes is the version
+        -- that snapshot reads (the TID scan finds it), no add committed in
+        -- between (an add of a dependent writes a dependency that is not
+        -- completed), so that release is the whole of it and the row trigger
+        -- settle_dependents does not fire (its WHEN: the flag turned on).
+        -- A newer version (an add committed while this waited for its lock)
+        -- leaves the flag off, and the trigger finds that add's dependent.
+        dependents_released = CASE
+            WHEN d.status = 'completed' AND j.has_dependents AND NOT j.has_shared_dependents
+            THEN EXISTS (SELECT FROM {schema}.job AS seen
+                         WHERE seen.ctid = j.ctid AND seen.id = j.id)
+            ELSE j.dependents_released END
     FROM d
     -- Pinned to the primary key, so a completion costs what it completes: the
     -- planner cannot size the recordset and would otherwise scan job_lease_idx
@@ -237,11 +250,12 @@ completed AS (
 -- The dependents waiting for one of these alone become pending here, in one
 -- UPDATE for the batch: one probe of job_waiting_on_idx for every completed
 -- job that has dependents, where the row trigger settle_dependents would run
--- a statement for each. The trigger still runs after this statement, and
--- settles what this did not: dependents of several jobs, and a dependent whose
--- add committed after this statement's snapshot (its add locked the
--- dependency, so this completion waited for it). It then finds these already
--- pending. Nothing is probed in a batch whose jobs have no dependents.
+-- a statement for each. The trigger still runs after this statement for a
+-- job whose dependents_released stayed off (see above), and settles what this
+-- did not: dependents of several jobs, and a dependent whose add committed
+-- after this statement's snapshot (its add locked the dependency, so this
+-- completion waited for it). It then finds these already pending. Nothing is
+-- probed in a batch whose jobs have no dependents.
 released AS (
     UPDATE {schema}.job AS c
     SET status = 'pending',

@@ -569,8 +569,9 @@ parents AS (
         has_shared_dependents = p.has_shared_dependents
                                 OR p.id = ANY(%(shared_parents)s::uuid[])
     WHERE p.id = ANY(%(parents)s::uuid[])
-      AND NOT (p.has_dependents AND (p.has_shared_dependents
-                                     OR NOT p.id = ANY(%(shared_parents)s::uuid[])))
+      AND (p.status <> 'completed'
+           OR NOT (p.has_dependents AND (p.has_shared_dependents
+                                         OR NOT p.id = ANY(%(shared_parents)s::uuid[]))))
       AND NOT EXISTS (SELECT FROM paused)
 ),
 inserted AS (

@@ -189,7 +189,12 @@ completed AS (
         finished_at = now(),
         lease_expires_at = NULL,
         progress = coalesce(d.progress, j.progress),
-        attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END
+        attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END,
+        dependents_released = CASE
+            WHEN d.status = 'completed' AND j.has_dependents AND NOT j.has_shared_dependents
+            THEN EXISTS (SELECT FROM "portqueue".job AS seen
+                         WHERE seen.ctid = j.ctid AND seen.id = j.id)
+            ELSE j.dependents_released END
     FROM d
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
