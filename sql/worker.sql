@@ -110,7 +110,11 @@ plain AS (
     ) AS c
 ),
 -- Each queue's ready jobs with a partition key and no pattern (a queue
--- without a limit ignores the key): one range scan, empty for most queues.
+-- without a limit ignores the key): one range scan per queue, skipped by one
+-- probe of the index's first entry when no pending job anywhere has a key,
+-- so a worker of many queues pays one probe, not one per queue. (ORDER BY
+-- pins the probe to job_claim_keyed_idx: an EXISTS may be planned as a
+-- scan of the table.)
 keyed AS (
     SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
     FROM wanted
@@ -127,6 +131,10 @@ keyed AS (
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+    WHERE (SELECT j.queue FROM {schema}.job AS j
+           WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
+             AND j.partition_key IS NOT NULL
+           ORDER BY j.queue LIMIT 1) IS NOT NULL
 ),
 -- Each queue's ready jobs of each pattern the worker matches.
 matched AS (

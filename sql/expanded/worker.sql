@@ -90,6 +90,10 @@ keyed AS (
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+    WHERE (SELECT j.queue FROM "portqueue".job AS j
+           WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
+             AND j.partition_key IS NOT NULL
+           ORDER BY j.queue LIMIT 1) IS NOT NULL
 ),
 matched AS (
     SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds

@@ -141,3 +141,21 @@ def claimed_keys(db: Db, schema: str, query: Query) -> list[str | None]:
             "SELECT id::text, partition_key FROM {} WHERE id = ANY(%s::uuid[])").format(
                 sql.Identifier(schema, "job")), [ids]).fetchall())
     return [keys[job_id] for job_id in ids]
+
+
+def test_the_plain_claim_of_many_queues_skips_the_keyed_ranges_when_no_job_has_a_key(
+    pq: PortQueue, db: Db, schema: str,
+) -> None:
+    pq.add_jobs(queue="q0", jobs=[{"data": {"n": n}} for n in range(SLOTS)])
+    queues = [f"q{n}" for n in range(50)]
+    query = ops.claim(queries_for(schema), slots=dict.fromkeys(queues, 1),
+                      lease_seconds=dict.fromkeys(queues, 60), matching_patterns=[],
+                      refused_patterns=[], worker_id=str(uuid.uuid4()))
+    (result,) = explain(db, query, fmt="JSON")
+    nodes = list(plan_nodes(result["Plan"]))
+    # The per-queue scans of the keyed range never ran: one probe said no job has a key.
+    per_queue = [node.get("Actual Loops", 0) for node in nodes
+                 if node.get("Index Name") == "job_claim_keyed_idx"
+                 and "wanted" in node.get("Index Cond", "")]
+    assert per_queue == [0], json.dumps(result["Plan"], indent=1)
+    assert result["Plan"]["Actual Rows"] == 1
