@@ -210,7 +210,8 @@ CREATE TABLE portqueue.worker (
 -- Indexes
 
 CREATE INDEX job_cancelled_dependent_idx ON portqueue.job USING gin (depends_on) WHERE ((depends_on IS NOT NULL) AND (status = 'cancelled'::portqueue.job_status));
-CREATE INDEX job_claim_idx ON portqueue.job USING btree (queue, priority DESC, start_after, seq) WHERE ((status = 'pending'::portqueue.job_status) AND (preferred_instance_key_pattern IS NULL));
+CREATE INDEX job_claim_idx ON portqueue.job USING btree (queue, priority DESC, start_after, seq) WHERE ((status = 'pending'::portqueue.job_status) AND (preferred_instance_key_pattern IS NULL) AND (partition_key IS NULL));
+CREATE INDEX job_claim_keyed_idx ON portqueue.job USING btree (queue, priority DESC, start_after, seq) WHERE ((status = 'pending'::portqueue.job_status) AND (preferred_instance_key_pattern IS NULL) AND (partition_key IS NOT NULL));
 CREATE INDEX job_claim_patterned_idx ON portqueue.job USING btree (queue, preferred_instance_key_pattern, priority DESC, start_after, seq) WHERE ((status = 'pending'::portqueue.job_status) AND (preferred_instance_key_pattern IS NOT NULL));
 CREATE UNIQUE INDEX job_debounce_key_uq ON portqueue.job USING btree (queue, debounce_key) WHERE ((debounce_key IS NOT NULL) AND (status = 'pending'::portqueue.job_status));
 CREATE INDEX job_expire_idx ON portqueue.job USING btree (expire_at) WHERE ((status = 'pending'::portqueue.job_status) AND (expire_at IS NOT NULL));

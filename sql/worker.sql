@@ -56,9 +56,12 @@ DELETE FROM {schema}.worker WHERE id = %(id)s;
 -- One statement claims up to each queue's free slots: ready jobs in priority,
 -- start_after, insertion order, skipping rows other claimers hold (SKIP LOCKED)
 -- and queues paused in any mode. The LATERAL keeps one index scan per queue
--- on job_claim_idx (pending jobs without a pattern), plus one on
--- job_claim_patterned_idx per pattern the worker matches, merged in claim
--- order: the cost follows the number claimed, not the backlog. The attempt is
+-- on job_claim_idx (pending jobs with neither a pattern nor a partition key),
+-- one on job_claim_keyed_idx (a key, no pattern: split off so that
+-- claim_limited finds a per-key queue's jobs without a key without reading
+-- its keyed ones), plus one on job_claim_patterned_idx per pattern the worker
+-- matches, merged in claim order: the cost follows the number claimed, not
+-- the backlog. The attempt is
 -- counted here, so a job that kills its worker every time still runs out of
 -- attempts. A job found past its expire_at is never started: the same
 -- statement marks it expired. lease_token only grows: it is the fencing token
@@ -88,7 +91,7 @@ WITH RECURSIVE wanted AS (
             AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
                  OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 ),
--- Each queue's ready jobs without a pattern: today's single range scan.
+-- Each queue's ready jobs with neither a pattern nor a key: one range scan.
 plain AS (
     SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
     FROM wanted
@@ -99,11 +102,39 @@ plain AS (
         WHERE j.queue = wanted.queue
           AND j.status = 'pending'
           AND j.preferred_instance_key_pattern IS NULL
+          AND j.partition_key IS NULL
           AND j.start_after <= now()
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+-- Each queue's ready jobs with a partition key and no pattern (a queue
+-- without a limit ignores the key): one range scan per queue, skipped by one
+-- probe of the index's first entry when no pending job anywhere has a key,
+-- so a worker of many queues pays one probe, not one per queue. (ORDER BY
+-- pins the probe to job_claim_keyed_idx: an EXISTS may be planned as a
+-- scan of the table.)
+keyed AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               NULL::text AS pattern, j.priority, j.start_after, j.seq
+        FROM {schema}.job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL
+          AND j.partition_key IS NOT NULL
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+    WHERE (SELECT j.queue FROM {schema}.job AS j
+           WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
+             AND j.partition_key IS NOT NULL
+           ORDER BY j.queue LIMIT 1) IS NOT NULL
 ),
 -- Each queue's ready jobs of each pattern the worker matches.
 matched AS (
@@ -123,20 +154,26 @@ matched AS (
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
 ),
--- The plain jobs alone when no matching pattern has ready jobs (no ranking);
--- else both, the first slots of each queue in claim order (the rows locked
--- past them are not claimed, and free at the claim's commit).
+-- One range alone when only it has ready jobs (no ranking: the plain jobs,
+-- or the keyed ones); else all, the first slots of each queue in claim order
+-- (the rows locked past them are not claimed, and free at the claim's commit).
 candidates AS (
     SELECT p.id, p.expired, p.pattern, p.queue, p.lease_seconds
     FROM plain AS p
-    WHERE NOT EXISTS (SELECT FROM matched)
+    WHERE NOT EXISTS (SELECT FROM matched) AND NOT EXISTS (SELECT FROM keyed)
+    UNION ALL
+    SELECT k.id, k.expired, k.pattern, k.queue, k.lease_seconds
+    FROM keyed AS k
+    WHERE NOT EXISTS (SELECT FROM matched) AND NOT EXISTS (SELECT FROM plain)
     UNION ALL
     SELECT r.id, r.expired, r.pattern, r.queue, r.lease_seconds
     FROM (
         SELECT u.*, row_number() OVER (PARTITION BY u.queue
                                        ORDER BY u.priority DESC, u.start_after, u.seq) AS rank
-        FROM (SELECT * FROM plain UNION ALL SELECT * FROM matched) AS u
+        FROM (SELECT * FROM plain UNION ALL SELECT * FROM keyed
+              UNION ALL SELECT * FROM matched) AS u
         WHERE EXISTS (SELECT FROM matched)
+           OR (EXISTS (SELECT FROM keyed) AND EXISTS (SELECT FROM plain))
     ) AS r
     WHERE r.rank <= r.slots
 ),
@@ -549,10 +586,12 @@ keyed AS (
     WHERE k.partition_key IS NOT NULL
 ),
 -- Jobs no key limit applies to: all of them when the queue is not limited
--- per key, else those without a key. In a queue limited per key this reads
--- job_claim_idx past the keyed jobs to find unkeyed ones (its cost:
--- docs/flow-control.md). Jobs with a pattern are in job_claim_patterned_idx,
--- by pattern: the queue's pending ones not refused are read and sorted.
+-- per key, else those without a key. Those with neither a key nor a pattern
+-- are in job_claim_idx, those with a key (no pattern) in job_claim_keyed_idx,
+-- read only when the queue is not limited per key (a one-time filter), so a
+-- queue limited per key reads none of its keyed jobs here (migration 0016).
+-- Jobs with a pattern are in job_claim_patterned_idx, by pattern: the
+-- queue's pending ones not refused are read and sorted.
 unkeyed AS (
     SELECT u.* FROM (
         SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
@@ -562,11 +601,25 @@ unkeyed AS (
          FROM {schema}.job AS j
          WHERE j.queue = %(queue)s AND j.status = 'pending'
            AND j.preferred_instance_key_pattern IS NULL
+           AND j.partition_key IS NULL
            AND j.start_after <= statement_timestamp()
-           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
          ORDER BY j.priority DESC, j.start_after, j.seq
          LIMIT (SELECT b.n FROM budget AS b)
          FOR UPDATE OF j SKIP LOCKED) AS plain
+        UNION ALL
+        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                j.preferred_instance_key_pattern AS pattern,
+                %(lease_seconds)s::integer AS lease_seconds
+         FROM {schema}.job AS j
+         WHERE j.queue = %(queue)s AND j.status = 'pending'
+           AND j.preferred_instance_key_pattern IS NULL
+           AND j.partition_key IS NOT NULL
+           AND j.start_after <= statement_timestamp()
+           AND NOT (SELECT l.by_key FROM limits AS l)
+         ORDER BY j.priority DESC, j.start_after, j.seq
+         LIMIT (SELECT b.n FROM budget AS b)
+         FOR UPDATE OF j SKIP LOCKED) AS keyed_unlimited
         UNION ALL
         SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
                 (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,

@@ -67,11 +67,33 @@ plain AS (
         WHERE j.queue = wanted.queue
           AND j.status = 'pending'
           AND j.preferred_instance_key_pattern IS NULL
+          AND j.partition_key IS NULL
           AND j.start_after <= now()
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
+),
+keyed AS (
+    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               NULL::text AS pattern, j.priority, j.start_after, j.seq
+        FROM "portqueue".job AS j
+        WHERE j.queue = wanted.queue
+          AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL
+          AND j.partition_key IS NOT NULL
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+    WHERE (SELECT j.queue FROM "portqueue".job AS j
+           WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
+             AND j.partition_key IS NOT NULL
+           ORDER BY j.queue LIMIT 1) IS NOT NULL
 ),
 matched AS (
     SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
@@ -93,14 +115,20 @@ matched AS (
 candidates AS (
     SELECT p.id, p.expired, p.pattern, p.queue, p.lease_seconds
     FROM plain AS p
-    WHERE NOT EXISTS (SELECT FROM matched)
+    WHERE NOT EXISTS (SELECT FROM matched) AND NOT EXISTS (SELECT FROM keyed)
+    UNION ALL
+    SELECT k.id, k.expired, k.pattern, k.queue, k.lease_seconds
+    FROM keyed AS k
+    WHERE NOT EXISTS (SELECT FROM matched) AND NOT EXISTS (SELECT FROM plain)
     UNION ALL
     SELECT r.id, r.expired, r.pattern, r.queue, r.lease_seconds
     FROM (
         SELECT u.*, row_number() OVER (PARTITION BY u.queue
                                        ORDER BY u.priority DESC, u.start_after, u.seq) AS rank
-        FROM (SELECT * FROM plain UNION ALL SELECT * FROM matched) AS u
+        FROM (SELECT * FROM plain UNION ALL SELECT * FROM keyed
+              UNION ALL SELECT * FROM matched) AS u
         WHERE EXISTS (SELECT FROM matched)
+           OR (EXISTS (SELECT FROM keyed) AND EXISTS (SELECT FROM plain))
     ) AS r
     WHERE r.rank <= r.slots
 ),
@@ -424,11 +452,25 @@ unkeyed AS (
          FROM "portqueue".job AS j
          WHERE j.queue = %(queue)s AND j.status = 'pending'
            AND j.preferred_instance_key_pattern IS NULL
+           AND j.partition_key IS NULL
            AND j.start_after <= statement_timestamp()
-           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
          ORDER BY j.priority DESC, j.start_after, j.seq
          LIMIT (SELECT b.n FROM budget AS b)
          FOR UPDATE OF j SKIP LOCKED) AS plain
+        UNION ALL
+        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                j.preferred_instance_key_pattern AS pattern,
+                %(lease_seconds)s::integer AS lease_seconds
+         FROM "portqueue".job AS j
+         WHERE j.queue = %(queue)s AND j.status = 'pending'
+           AND j.preferred_instance_key_pattern IS NULL
+           AND j.partition_key IS NOT NULL
+           AND j.start_after <= statement_timestamp()
+           AND NOT (SELECT l.by_key FROM limits AS l)
+         ORDER BY j.priority DESC, j.start_after, j.seq
+         LIMIT (SELECT b.n FROM budget AS b)
+         FOR UPDATE OF j SKIP LOCKED) AS keyed_unlimited
         UNION ALL
         SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
                 (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
