@@ -556,6 +556,6 @@ CREATE TRIGGER queue_limits_changed_notify AFTER UPDATE ON portqueue.queue FOR E
 
 -- The revision migrate() reads to know the schema is current.
 
-INSERT INTO portqueue.alembic_version (version_num) VALUES ('0016');
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0017');
 
 COMMIT;

@@ -589,7 +589,7 @@ keyed AS (
 -- per key, else those without a key. Those with neither a key nor a pattern
 -- are in job_claim_idx, those with a key (no pattern) in job_claim_keyed_idx,
 -- read only when the queue is not limited per key (a one-time filter), so a
--- queue limited per key reads none of its keyed jobs here (migration 0016).
+-- queue limited per key reads none of its keyed jobs here (migration 0017).
 -- Jobs with a pattern are in job_claim_patterned_idx, by pattern: the
 -- queue's pending ones not refused are read and sorted.
 unkeyed AS (

@@ -1,6 +1,6 @@
 """Issue 19: a claim limited per key reads none of the keyed backlog to find the
 jobs without a key, and every claim still takes keyed and unkeyed jobs in claim
-order (migration 0016).
+order (migration 0017).
 
 ``job_claim_idx`` held keyed jobs too, so ``claim_limited``'s step for jobs
 without a key read it past every pending keyed job at each claim (20,000 of

@@ -1,7 +1,7 @@
-"""Migration 0016 (the claim index split by partition key): pending jobs with
+"""Migration 0017 (the claim index split by partition key): pending jobs with
 neither a pattern nor a key are in job_claim_idx, those with a key and no
 pattern in job_claim_keyed_idx, those with a pattern in job_claim_patterned_idx,
-each in exactly one; rows are kept, and the downgrade restores 0015's indexes."""
+each in exactly one; rows are kept, and the downgrade restores 0016's indexes."""
 
 from __future__ import annotations
 
@@ -53,10 +53,10 @@ def test_upgrade_splits_the_claim_index_by_key_and_downgrade_joins_it(
     new_database: Callable[[str], str],
 ) -> None:
     dsn = new_database("claim_by_key")
-    migrate(dsn, revision="0015")
+    migrate(dsn, revision="0016")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(ROWS)
-        migrate(dsn, revision="0016")
+        migrate(dsn, revision="0017")
         indexes = index_definitions(conn)
         assert set(indexes) == {"job_claim_idx", "job_claim_keyed_idx",
                                 "job_claim_patterned_idx"}
@@ -70,7 +70,7 @@ def test_upgrade_splits_the_claim_index_by_key_and_downgrade_joins_it(
         assert {name: index_entries(conn, name) for name in CONDITIONS} == {
             "job_claim_idx": 1, "job_claim_keyed_idx": 1, "job_claim_patterned_idx": 1}
 
-        run_on_database(dsn, "portqueue", lambda config: command.downgrade(config, "0015"))
+        run_on_database(dsn, "portqueue", lambda config: command.downgrade(config, "0016"))
         indexes = index_definitions(conn)
         assert set(indexes) == {"job_claim_idx", "job_claim_patterned_idx"}
         assert "partition_key" not in indexes["job_claim_idx"]

@@ -10,14 +10,14 @@ pattern, in the same order; ``job_claim_patterned_idx`` (every pending job
 with a pattern) is unchanged. Each pending job is still in exactly one of
 them: an add writes no more index entries than before.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 """
 
 from alembic import context, op
 
-revision = "0016"
-down_revision = "0015"
+revision = "0017"
+down_revision = "0016"
 branch_labels = None
 depends_on = None
 
