@@ -13,6 +13,7 @@ table in docs/architecture.md lists the layers in this order.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "portqueue"
@@ -114,7 +115,12 @@ def imports_of(module: str) -> dict[str, int]:
     return found
 
 
-GRAPH = {module: imports_of(module) for module in MODULES}
+@functools.cache
+def import_graph() -> dict[str, dict[str, int]]:
+    """Each module -> ``imports_of`` it. Built by the first test that asks, not
+    at import: every test process collects this file, and parsing the whole
+    package is most of its collection."""
+    return {module: imports_of(module) for module in MODULES}
 
 
 def test_every_module_has_a_layer() -> None:
@@ -124,7 +130,7 @@ def test_every_module_has_a_layer() -> None:
 
 def test_no_import_runs_up_the_layers() -> None:
     upward = []
-    for module, imported in GRAPH.items():
+    for module, imported in import_graph().items():
         own = layer_of(module)
         for target, line in imported.items():
             theirs = layer_of(target)
@@ -141,7 +147,7 @@ def _cycle_through(start: str) -> list[str] | None:
     seen: set[str] = set()
     while stack:
         module, path = stack.pop()
-        for target in GRAPH[module]:
+        for target in import_graph()[module]:
             if target == start:
                 return [*path, start]
             if target not in seen:
@@ -152,7 +158,7 @@ def _cycle_through(start: str) -> list[str] | None:
 
 def test_no_import_closes_a_circle() -> None:
     circles: dict[frozenset[str], list[str]] = {}
-    for module in GRAPH:
+    for module in import_graph():
         cycle = _cycle_through(module)
         if cycle is not None:
             circles.setdefault(frozenset(cycle), cycle)
@@ -199,11 +205,11 @@ def test_the_architecture_lists_the_layers_in_this_order() -> None:
 
 def test_the_checks_see_what_they_check() -> None:
     # A parser that found no imports would pass everything above.
-    assert "portqueue.worker_operations" in GRAPH["portqueue.worker.fetcher"]
-    assert "portqueue.maintenance_operations" in GRAPH["portqueue.maintenance.scheduler"]
+    assert "portqueue.worker_operations" in import_graph()["portqueue.worker.fetcher"]
+    assert "portqueue.maintenance_operations" in import_graph()["portqueue.maintenance.scheduler"]
     # Deferred imports count; TYPE_CHECKING ones do not.
-    assert "portqueue.maintenance.scheduler" in GRAPH["portqueue.maintenance"]
-    assert "portqueue.async_client" not in GRAPH["portqueue.metrics"]
+    assert "portqueue.maintenance.scheduler" in import_graph()["portqueue.maintenance"]
+    assert "portqueue.async_client" not in import_graph()["portqueue.metrics"]
     assert layer_of("portqueue.metrics.hooks") == 4
     assert layer_of("portqueue.metrics.prometheus") == len(LAYERS) - 1
     assert layer_of("portqueue.worker.fetcher") == 6
