@@ -26,7 +26,9 @@ defaults (durable commits, autovacuum on). It is stopped and deleted at the end.
   ``--rate`` a second for ``--seconds`` (after ``--settle`` seconds, so every
   worker has counted its peers), and times each call. p50 and p99 of the
   adds, and of commit-to-start (``started_at - created_at``, the database's
-  clock); the workers run each job as it comes.
+  clock); the workers run each job as it comes. Also the worker processes'
+  CPU in cores (Linux), over ``--idle-window`` and while adding: the figure
+  the machine's load hardly moves.
 
 Prints one line per measurement and a summary (medians over runs, and each
 count's ratio to the first), and writes the figures to
@@ -188,6 +190,24 @@ def many_once(dsn: str, processes: int, total: int, jobs: int) -> dict[str, Any]
             "worker_connections_max": most}
 
 
+def cpu_seconds(procs: list[subprocess.Popen[bytes]]) -> float | None:
+    """The CPU time the worker processes have used so far (Linux's
+    /proc/<pid>/schedstat, nanoseconds on a CPU; None elsewhere). Unlike the
+    producer's latency, it hardly moves with the machine's load."""
+    total = 0
+    try:
+        for proc in procs:
+            with open(f"/proc/{proc.pid}/schedstat") as stat:
+                total += int(stat.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return total / 1e9
+
+
+def cores(before: float | None, after: float | None, seconds: float) -> float | None:
+    return None if before is None or after is None else (after - before) / seconds
+
+
 def idle_round_trips(dsn: str, processes: int, window: float) -> float | None:
     """Statements per idle worker process per second, from pg_stat_statements
     over ``window`` seconds (None when the server does not track them)."""
@@ -214,13 +234,17 @@ def idle_once(dsn: str, processes: int, rate: float, seconds: float,
         # Each worker counts its queue's workers before LISTEN and at every
         # health check (15 s): the first to start counted only those before them.
         time.sleep(settle)
+        cpu_before, began = cpu_seconds(procs), time.perf_counter()
         round_trips = idle_round_trips(dsn, processes, window)
+        idle_cores = (cores(cpu_before, cpu_seconds(procs), time.perf_counter() - began)
+                      if window > 0 else None)
         with PortQueue(dsn, schema=SCHEMA, application_name="bench-producer") as pq, \
                 psycopg.connect(dsn, autocommit=True) as db:
             for n in range(20):  # warm: the pool's connection, prepared statements
                 pq.add_job(queue=QUEUE, data={"warm": n})
             timings = []
             count = int(rate * seconds)
+            cpu_before = cpu_seconds(procs)
             t0 = time.perf_counter() + 0.1
             for n in range(count):
                 delay = t0 + n / rate - time.perf_counter()
@@ -229,6 +253,7 @@ def idle_once(dsn: str, processes: int, rate: float, seconds: float,
                 before = time.perf_counter()
                 pq.add_job(queue=QUEUE, data={"n": n})
                 timings.append((time.perf_counter() - before) * 1000)
+            adding_cores = cores(cpu_before, cpu_seconds(procs), time.perf_counter() - t0)
             most = worker_connections(db)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
@@ -250,7 +275,10 @@ def idle_once(dsn: str, processes: int, rate: float, seconds: float,
             "start_p50_ms": float(statistics.median(starts)) if starts else None,
             "start_p99_ms": float(starts[min(int(len(starts) * 0.99), len(starts) - 1)])
             if starts else None,
-            "worker_connections": most, "round_trips_per_process_s": round_trips}
+            "worker_connections": most, "round_trips_per_process_s": round_trips,
+            # The worker processes' CPU, in cores: idle (over --idle-window)
+            # and while the producer adds.
+            "worker_cores_idle": idle_cores, "worker_cores_adding": adding_cores}
 
 
 def summarise(scenario: str, results: list[dict[str, Any]], counts: list[int]) -> None:
@@ -264,9 +292,14 @@ def summarise(scenario: str, results: list[dict[str, Any]], counts: list[int]) -
                     for r in results if r["processes"] == p)
         trips = [r["round_trips_per_process_s"] for r in results
                  if r["processes"] == p and r.get("round_trips_per_process_s") is not None]
+        cpu = {kind: [r[f"worker_cores_{kind}"] for r in results if r["processes"] == p
+                      and r.get(f"worker_cores_{kind}") is not None]
+               for kind in ("idle", "adding")}
         print(f"  {p:3d} processes: {medians[p]:10.2f}  ratio {medians[p] / base:5.2f}  "
               f"worker connections (most) {conns}"
-              + (f"  statements/process/s idle {statistics.median(trips):.2f}" if trips else ""))
+              + (f"  statements/process/s idle {statistics.median(trips):.2f}" if trips else "")
+              + "".join(f"  worker CPU {kind} {statistics.median(values):.3f} cores"
+                        for kind, values in cpu.items() if values))
 
 
 def main() -> None:
@@ -320,8 +353,9 @@ def main() -> None:
                           f"{result['start_p50_ms']:.2f} ms p99 {result['start_p99_ms']:.0f} "
                           "ms, worker connections "
                           f"{result['worker_connections']}, statements per process "
-                          f"per second idle {result['round_trips_per_process_s']}",
-                          flush=True)
+                          f"per second idle {result['round_trips_per_process_s']}, worker "
+                          f"CPU (cores) idle {result['worker_cores_idle']} adding "
+                          f"{result['worker_cores_adding']}", flush=True)
                 results.append({"run": run, **result})
         summarise(args.scenario, results, counts)
         RESULTS.mkdir(exist_ok=True)

@@ -191,6 +191,12 @@ def spawn_scheduled_jobs(q: Queries, ticks: Sequence[Tick]) -> Query:
     } for tick in ticks]))
 
 
+def schedule_due_in(q: Queries, *, passed_over: Collection[str]) -> Query:
+    """Seconds until the earliest schedule this process can advance is due
+    (``seconds_until_due``; 0 or less: now)."""
+    return q("schedule_due_in", passed_over=sorted(passed_over))
+
+
 def next_schedule_due(q: Queries) -> Query:
     return q("next_schedule_due")
 

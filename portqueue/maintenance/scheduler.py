@@ -114,6 +114,8 @@ class Scheduler(Service):
 
     async def run_once(self) -> int:
         """One pass: spawn the due ticks in batches; returns the jobs spawned."""
+        if not await self._due():
+            return 0
         total = 0
         while True:
             async with self.transaction() as conn:
@@ -132,6 +134,21 @@ class Scheduler(Service):
             # holds other rows and the loop ends.
             if len(due) < self.batch_size:
                 return total
+
+    async def _due(self) -> bool:
+        """Whether a schedule this process can advance is due now, in one
+        statement; if none is, the pass ends there and the next one comes when
+        the earliest is due (at most an interval later: a schedule added
+        meanwhile waits no longer than that)."""
+        async with self.connection() as conn:
+            seconds = ops.seconds_until_due(await execute_async(conn, ops.schedule_due_in(
+                self.q, passed_over=self._passed_over)))
+            if not conn.autocommit:  # a pool of the caller's (tests, tools)
+                await conn.commit()
+        if seconds is not None and seconds <= 0:
+            return True
+        self._next_due = seconds
+        return False
 
     def _advance(self, row: dict[str, Any]) -> ops.Tick | None:
         """The tick to spawn for one locked schedule row, and the one after it

@@ -88,23 +88,27 @@ class Service:
         raise NotImplementedError
 
     @contextlib.asynccontextmanager
-    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        """A worker-pool connection inside one transaction: the pool is
-        autocommit, and what ``begin`` takes must last until the batch ends.
-
-        A transaction still open TRANSACTION_DEADLINE_SECONDS later is on a
-        connection that stopped answering (the server's statement_timeout
-        would have ended a slow statement): the connection is closed, which
-        fails the statement waiting on it at once, and the pass fails like
-        any database error instead of waiting forever."""
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A worker-pool connection, bounded: one still in use
+        TRANSACTION_DEADLINE_SECONDS later has stopped answering (the server's
+        statement_timeout would have ended a slow statement), so it is closed,
+        which fails the statement waiting on it at once, and the pass fails
+        like any database error instead of waiting forever."""
         async with self.pool.connection() as conn:
             guard = asyncio.get_running_loop().call_later(
                 TRANSACTION_DEADLINE_SECONDS, conn.pgconn.finish)
             try:
-                async with conn.transaction():
-                    yield conn
+                yield conn
             finally:
                 guard.cancel()
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A bounded worker-pool connection (``connection``) inside one
+        transaction: the pool is autocommit, and what ``begin`` takes must
+        last until the batch ends."""
+        async with self.connection() as conn, conn.transaction():
+            yield conn
 
     async def begin(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """Take this service's lock for the transaction (``conn`` from

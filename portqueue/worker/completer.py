@@ -15,27 +15,30 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
 from portqueue import worker_operations as ops
 from portqueue.availability import is_unavailable
-from portqueue.driver import transaction_async
 from portqueue.queries import Queries, Query
 from portqueue.worker.connections import Connections
 from portqueue.worker.events import EventDispatch
 from portqueue.worker.outcomes import (
+    KINDS,
     Completion,
     Failure,
     Outcome,
     Settled,
     Snoozed,
     Unsure,
+    event_of,
     failure,
+    slot_freeing_queues,
 )
-from portqueue.worker.state import Claimed, Running
+from portqueue.worker.refill import Refill
+from portqueue.worker.state import Running
 
 log = logging.getLogger("portqueue.worker")
 
@@ -57,20 +60,6 @@ LINGER_SECONDS = 0.005
 # Shutting down with no database: after this many failed writes in a row the
 # outcomes are given up (their leases lapse and the rescuer hands the jobs out).
 CLOSING_ATTEMPTS = 5
-
-
-class Refill(Protocol):
-    """The fetcher, as the completer sees it: claims of limited queues to send
-    in the transaction of outcomes that free their slots (``Fetcher.refill_claims``)."""
-
-    claiming: asyncio.Lock
-
-    def refill_claims(self, queues: Iterable[str]) -> tuple[dict[str, int], list[list[Query]]]:
-        ...
-
-    async def refilled(self, conn: psycopg.AsyncConnection[Any], asked: Mapping[str, int],
-                       rows: list[Claimed]) -> None:
-        ...
 
 
 class Completer:
@@ -116,7 +105,7 @@ class Completer:
     def unwritten(self) -> set[str]:
         """The queues of outcomes waiting or being written that free a slot
         when written (a ``Settled`` one freed its slot when it committed)."""
-        return _slot_freeing_queues((*self._writing, *self._waiting))
+        return slot_freeing_queues((*self._writing, *self._waiting))
 
     def close(self) -> None:
         """Write what is queued, then end ``run``."""
@@ -214,7 +203,7 @@ class Completer:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         if snoozes:
             queries.append(ops.snooze_jobs(self.q, [s.as_json() for s in snoozes]))
-        freeing = _slot_freeing_queues(batch)
+        freeing = slot_freeing_queues(batch)
         results, refilled = await self._execute(queries, freeing) if queries else ([], set())
         written = ops.completed_ids(results[0]) if completions else set()
         if failures:
@@ -234,38 +223,14 @@ class Completer:
 
     async def _execute(self, queries: list[Query],
                        freeing: set[str]) -> tuple[list[list[dict[str, Any]]], set[str]]:
-        """Write the outcomes; with them, in their transaction and round trip,
-        claim the limited queues whose slots they free (the fetcher's
-        ``refill_claims``). Returns the outcomes' results and the queues so
-        claimed. Skipped while the fetcher claims (no waiting for it)."""
-        refill = self.refill
-        if refill is not None and not refill.claiming.locked():
-            async with refill.claiming:
-                asked, transactions = refill.refill_claims(freeing)
-                if transactions:
-                    try:
-                        return await self._write_refilling(refill, queries, asked,
-                                                           transactions), set(asked)
-                    except psycopg.Error as exc:
-                        if isinstance(exc, psycopg.OperationalError) or is_unavailable(exc):
-                            raise
-                        # The claim's refusal must not cost the outcomes: they
-                        # are written alone, and the fetcher claims as it would.
-                        log.warning("worker %s: claiming with the outcomes failed (%s); "
-                                    "writing them alone", self._worker_id, exc)
+        """Write the outcomes, with the claims of the limited queues whose
+        slots they free when there are some (``refill.py``). Returns the
+        outcomes' results and the queues so claimed."""
+        if self.refill is not None:
+            written = await self.refill.write(queries, freeing)
+            if written is not None:
+                return written
         return await self._connections.execute(*queries), set()
-
-    async def _write_refilling(self, refill: Refill, queries: list[Query],
-                               asked: Mapping[str, int],
-                               transactions: list[list[Query]]) -> list[list[dict[str, Any]]]:
-        statements: list[tuple[Query, Any]] = [(query, None) for query in queries]
-        for lock, claim in transactions:  # ops.claims: each limited claim is the two
-            statements += [(lock, None), (claim, Claimed.rows)]
-        async with self._connections.pooled() as conn:
-            results = await self._connections.within(conn, transaction_async(conn, statements))
-            claimed = [row for rows in results[len(queries) + 1::2] for row in rows]
-            await refill.refilled(conn, asked, claimed)
-        return results[:len(queries)]
 
     async def _settled_by_lease(self, outcomes: list[Completion] | list[Unsure]) -> dict[str, str]:
         """The status of each job whose row still holds the outcome's lease token."""
@@ -308,8 +273,8 @@ class Completer:
                          outcome.seconds)
                 self.written["snoozed"] += 1
                 continue
-            event = self._event_of(outcome)
-            self.written[_KINDS[event]] += 1
+            event = event_of(outcome)
+            self.written[KINDS[event]] += 1
             if isinstance(outcome, Failure):
                 errors[claimed.id] = outcome.error
             events.setdefault(event, []).append(claimed.id)
@@ -318,34 +283,3 @@ class Completer:
         # A queue claimed in the outcomes' own transaction needs no claim after.
         if queues - refilled:
             self._freed(queues - refilled)
-
-    @staticmethod
-    def _event_of(outcome: Outcome) -> str:
-        claimed = outcome.running.claimed
-        if isinstance(outcome, Failure) and outcome.status == "cancelled":
-            log.info("job %s on %r cancelled (raised %s after its cancel signal)", claimed.id,
-                     claimed.queue, outcome.error["type"])
-            return "job_cancelled"
-        if isinstance(outcome, Failure):
-            level = logging.WARNING if outcome.retry else logging.ERROR
-            log.log(level, "job %s on %r failed (attempt %d/%d%s): %s: %s", claimed.id,
-                    claimed.queue, claimed.attempt, claimed.max_attempts,
-                    ", will retry" if outcome.retry else "", outcome.error["type"],
-                    outcome.error["message"])
-            return "job_retrying" if outcome.retry else "job_failed"
-        if isinstance(outcome, Completion | Settled) and outcome.status == "cancelled":
-            # A job.transaction() handler that returned after its cancel
-            # signal wrote status 'cancelled' too.
-            return "job_cancelled"
-        return "job_completed"
-
-
-_KINDS = {"job_completed": "completed", "job_failed": "failed", "job_retrying": "retried",
-          "job_cancelled": "cancelled"}
-
-
-def _slot_freeing_queues(outcomes: Iterable[Outcome]) -> set[str]:
-    """The queues whose slots these outcomes free once written (a ``Settled``
-    one freed its slot when its own transaction committed)."""
-    return {outcome.running.claimed.queue for outcome in outcomes
-            if isinstance(outcome, Completion | Failure | Snoozed)}

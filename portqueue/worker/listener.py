@@ -64,6 +64,30 @@ def poll_stretch(workers: dict[str, int]) -> float:
     return min(max(pollers / WAKE_SHARE, 1.0), POLL_STRETCH_MAX)
 
 
+async def readable(conn: psycopg.AsyncConnection[Any], seconds: float) -> None:
+    """Until the server sends something on ``conn`` (a notification, an error,
+    its end) or ``seconds`` pass. Not psycopg's ``notifies(timeout=…)``: its
+    wait wakes every 0.1 s to look for interrupts, so every worker process,
+    listening or not, woke ten times a second for nothing, which at 50 idle
+    processes on 2 cores was most of their CPU (docs/performance.md, "procs
+    (session 2026-12-02 evening)")."""
+    loop = asyncio.get_running_loop()
+    woken = loop.create_future()
+
+    def wake() -> None:
+        if not woken.done():
+            woken.set_result(None)
+
+    fd = conn.fileno()
+    loop.add_reader(fd, wake)
+    timer = loop.call_later(seconds, wake)
+    try:
+        await woken
+    finally:
+        timer.cancel()
+        loop.remove_reader(fd)
+
+
 class Listener:
     def __init__(self, connections: Connections, queries: Queries, demand: Demand,
                  jobs: RunningJobs, stopping: Stopping, worker_id: str,
@@ -125,16 +149,18 @@ class Listener:
         self._listening()
         # Jobs added while no connection listened: look now.
         self._demand.want_all()
+        loop = asyncio.get_running_loop()
         while not self._stopping():
-            async for notify in conn.notifies(timeout=self._check_seconds):
-                if notify.channel == self.q.job_channel:
-                    # Only the queue named, and only once it has a free slot.
-                    if self._ranks.get(notify.payload, 1) <= WAKE_SHARE:
-                        self._demand.want(notify.payload)
-                elif notify.channel == self.q.cancel_channel:
-                    running = self._jobs.get(notify.payload)
-                    if running is not None:
-                        running.state.set("cancelled")
+            checked_at = loop.time() + self._check_seconds
+            while True:
+                # What arrived, and what came in during the last statements
+                # (psycopg keeps those aside): one read of the socket, no wait.
+                async for notify in conn.notifies(timeout=0):
+                    self._heard(notify)
+                left = checked_at - loop.time()
+                if left <= 0:
+                    break
+                await readable(conn, left)
             # Quiet for a while: prove the connection still answers, so a
             # silently dropped one is replaced instead of waited on forever
             # (and count the queues' workers again on the way).
@@ -143,6 +169,16 @@ class Listener:
             except asyncio.TimeoutError:
                 raise asyncio.TimeoutError(
                     f"no answer to SELECT 1 within {self._check_seconds / 3:.1f}s") from None
+
+    def _heard(self, notify: psycopg.Notify) -> None:
+        if notify.channel == self.q.job_channel:
+            # Only the queue named, and only once it has a free slot.
+            if self._ranks.get(notify.payload, 1) <= WAKE_SHARE:
+                self._demand.want(notify.payload)
+        elif notify.channel == self.q.cancel_channel:
+            running = self._jobs.get(notify.payload)
+            if running is not None:
+                running.state.set("cancelled")
 
     async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await self._rank(conn)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import traceback
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,6 +15,8 @@ from portqueue import worker_operations as ops
 from portqueue.control import Cancel, Snooze
 from portqueue.worker.backoff import retry_delay
 from portqueue.worker.state import Running
+
+log = logging.getLogger("portqueue.worker")
 
 MAX_TRACEBACK_CHARS = 16_000
 
@@ -161,3 +165,36 @@ def failure(running: Running, exc: BaseException) -> Failure:
         delay_seconds=retry_delay(claimed.retry, claimed.attempt) if retry else 0.0,
         error=error_record(exc, claimed.attempt),
     )
+
+
+def event_of(outcome: Outcome) -> str:
+    """The event a written outcome emits (its finished job's), said in the log."""
+    claimed = outcome.running.claimed
+    if isinstance(outcome, Failure) and outcome.status == "cancelled":
+        log.info("job %s on %r cancelled (raised %s after its cancel signal)", claimed.id,
+                 claimed.queue, outcome.error["type"])
+        return "job_cancelled"
+    if isinstance(outcome, Failure):
+        level = logging.WARNING if outcome.retry else logging.ERROR
+        log.log(level, "job %s on %r failed (attempt %d/%d%s): %s: %s", claimed.id,
+                claimed.queue, claimed.attempt, claimed.max_attempts,
+                ", will retry" if outcome.retry else "", outcome.error["type"],
+                outcome.error["message"])
+        return "job_retrying" if outcome.retry else "job_failed"
+    if isinstance(outcome, Completion | Settled) and outcome.status == "cancelled":
+        # A job.transaction() handler that returned after its cancel
+        # signal wrote status 'cancelled' too.
+        return "job_cancelled"
+    return "job_completed"
+
+
+# What each event counts as in drain's result.
+KINDS = {"job_completed": "completed", "job_failed": "failed", "job_retrying": "retried",
+         "job_cancelled": "cancelled"}
+
+
+def slot_freeing_queues(outcomes: Iterable[Outcome]) -> set[str]:
+    """The queues whose slots these outcomes free once written (a ``Settled``
+    one freed its slot when its own transaction committed)."""
+    return {outcome.running.claimed.queue for outcome in outcomes
+            if isinstance(outcome, Completion | Failure | Snoozed)}

@@ -43,6 +43,7 @@ from portqueue.worker.fetcher import Fetcher
 from portqueue.worker.handlers import HandlerConnections
 from portqueue.worker.heartbeat import Heartbeat
 from portqueue.worker.listener import LISTEN_HEALTH_SECONDS, Listener
+from portqueue.worker.refill import Refill
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, QueueSpec, Registry
 from portqueue.worker.runner import HANDLER_UNWIND_SECONDS, Runners
 from portqueue.worker.shutdown import STOP_MARGIN_SECONDS, Release, StopBudget
@@ -137,7 +138,7 @@ class Worker:
                                self.runners.start,
                                lambda ids: self.events.emit_later("job_started", ids),
                                unwritten=self.completer.unwritten)
-        self.completer.refill = self.fetcher
+        self.completer.refill = Refill(self.connections, self.fetcher, self.id)
         listens = not (self.settings.poll_only or self.for_drain)
         if not await admit(self.connections, self.id, claims=bool(self.queues),
                                listener=listens, stopping=self.stopping):

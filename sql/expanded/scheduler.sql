@@ -79,6 +79,11 @@ FROM due AS d
 LEFT JOIN spawned AS sp ON sp.schedule_id = d.schedule_id
 LEFT JOIN "portqueue".queue AS q ON q.name = d.queue;
 
+-- name: schedule_due_in
+SELECT extract(epoch FROM min(s.next_run_at) - clock_timestamp())::double precision AS seconds
+FROM "portqueue".schedule AS s
+WHERE s.enabled AND s.id <> ALL(%(passed_over)s::uuid[]);
+
 -- name: next_schedule_due
 SELECT extract(epoch FROM min(s.next_run_at) - clock_timestamp())::double precision AS seconds
 FROM "portqueue".schedule AS s

@@ -1,5 +1,5 @@
 """A limited queue's freed slot is claimed again in the transaction of the
-outcome that frees it (portqueue/worker/completer.py, ``Fetcher.refill_claims``):
+outcome that frees it (portqueue/worker/refill.py, ``Fetcher.refill_claims``):
 no claim of its own after the outcome's commit, no wait for a NOTIFY."""
 
 from __future__ import annotations

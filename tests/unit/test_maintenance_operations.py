@@ -37,6 +37,7 @@ BUILT: list[Query] = [
     ops.lock_due_schedules(q, limit=100, passed_over={"b", "a"}),
     ops.spawn_scheduled_jobs(q, [TICK]),
     ops.next_schedule_due(q),
+    ops.schedule_due_in(q, passed_over={"b"}),
     demo.lock(q, key=1),
     demo.schema_comment(q, schema="portqueue_demo"),
     demo.drop_schema(q),
