@@ -21,7 +21,9 @@ async def _pause() -> None:
     await asyncio.Event().wait()  # until the test freezes, then kills, the process
 
 
-install_hook("rescuer.before_batch", _pause)
-
 if __name__ == "__main__":
+    # Only when run as the worker: a test process that imports this module
+    # (collection, an import sweep) must not have its own rescuer passes
+    # pause for good.
+    install_hook("rescuer.before_batch", _pause)
     main()
