@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import queue
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -26,18 +28,75 @@ def _drop(server_dsn: str, database: str) -> None:
             sql.Identifier(database)))
 
 
+class Dropper:
+    """Drops databases on a thread of its own, one after the other.
+
+    DROP DATABASE ends with a checkpoint of the whole server, which waits for
+    every buffer the other tests (and CI's other legs) have dirtied: seconds,
+    under load tens of seconds, that a test's teardown need not wait for. A
+    name is dropped again before it is created again, so ``wait_for`` waits
+    for a pending drop of it first; ``close`` for every drop."""
+
+    def __init__(self, server_dsn: str) -> None:
+        self._server_dsn = server_dsn
+        self._pending: dict[str, threading.Event] = {}
+        self._errors: list[BaseException] = []
+        self._lock = threading.Lock()
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="drop-databases", daemon=True)
+        self._thread.start()
+
+    def drop(self, database: str) -> None:
+        with self._lock:
+            self._pending.setdefault(database, threading.Event())
+        self._queue.put(database)
+
+    def wait_for(self, database: str) -> None:
+        with self._lock:
+            done = self._pending.get(database)
+        if done is not None:
+            done.wait()
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._errors:
+            raise self._errors[0]
+
+    def _run(self) -> None:
+        while (database := self._queue.get()) is not None:
+            try:
+                _drop(self._server_dsn, database)
+            except BaseException as exc:  # reported by close(), at the session's end
+                self._errors.append(exc)
+            finally:
+                with self._lock:
+                    self._pending.pop(database).set()
+
+
+@pytest.fixture(scope="session")
+def dropper(pg_server_dsn: str) -> Iterator[Dropper]:
+    running = Dropper(pg_server_dsn)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
 @pytest.fixture
-def new_database(pg_server_dsn: str) -> Iterator[Callable[[str], str]]:
+def new_database(pg_server_dsn: str, dropper: Dropper) -> Iterator[Callable[[str], str]]:
     """``new_database(label)`` creates an empty database and returns its DSN.
 
     Names are unique per xdist worker and label, so parallel workers never
-    share one; every database is dropped when the test ends.
+    share one; every database is dropped once the test has ended (by
+    ``dropper``, while the next tests run).
     """
     worker = re.sub(r"\W", "_", os.environ.get("PYTEST_XDIST_WORKER", "main"))
     created: list[str] = []
 
     def create(label: str) -> str:
         database = f"pq_mig_{label}_{worker}_{os.getpid()}"
+        dropper.wait_for(database)
         _drop(pg_server_dsn, database)
         with psycopg.connect(pg_server_dsn, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
@@ -46,7 +105,7 @@ def new_database(pg_server_dsn: str) -> Iterator[Callable[[str], str]]:
 
     yield create
     for database in created:
-        _drop(pg_server_dsn, database)
+        dropper.drop(database)
 
 
 def cli_command() -> list[str]:
