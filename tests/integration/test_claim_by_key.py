@@ -22,6 +22,7 @@ from portqueue import PortQueue
 from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
 from tests.support.plans import explain, plan_nodes
+from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
 
@@ -38,15 +39,9 @@ MAX_ROWS_EXAMINED = 100
 def load(db: Db, schema: str) -> None:
     job = sql.Identifier(schema, "job")
     with db.transaction():
-        db.execute("SET LOCAL session_replication_role = replica")  # no NOTIFY per row
-        db.execute(sql.SQL(
-            "INSERT INTO {} (id, queue, data, priority, partition_key) "
-            "SELECT gen_random_uuid(), %s, jsonb_build_object('n', n), 5, 'k' || (n %% %s) "
-            "FROM generate_series(1, %s) AS n").format(job), [QUEUE, KEYS, KEYED])
-        db.execute(sql.SQL(
-            "INSERT INTO {} (id, queue, data, priority) "
-            "SELECT gen_random_uuid(), %s, jsonb_build_object('n', n), 0 "
-            "FROM generate_series(1, %s) AS n").format(job), [QUEUE, UNKEYED])
+        for key in range(KEYS):
+            insert_pending(db, schema, QUEUE, KEYED // KEYS, 5, partition_key=f"k{key}")
+        insert_pending(db, schema, QUEUE, UNKEYED, 0)
     db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(job))
 
 

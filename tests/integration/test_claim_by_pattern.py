@@ -22,6 +22,7 @@ from psycopg import sql
 
 from portqueue.queries import queries_for
 from tests.support.plans import explain, plan_nodes
+from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
 
@@ -37,19 +38,10 @@ MAX_ROWS_EXAMINED = 100
 def load(db: Db, schema: str) -> None:
     job = sql.Identifier(schema, "job")
     with db.transaction():
-        db.execute("SET LOCAL session_replication_role = replica")  # no NOTIFY per row
-        db.execute(sql.SQL(
-            "INSERT INTO {} (id, queue, data, priority, preferred_instance_key_pattern) "
-            "SELECT gen_random_uuid(), %s, '{{}}', 5, '^gpu-' "
-            "FROM generate_series(1, %s)").format(job), [QUEUE, REFUSED])
-        db.execute(sql.SQL(
-            "INSERT INTO {} (id, queue, data, priority, preferred_instance_key_pattern) "
-            "VALUES (gen_random_uuid(), %s, '{{}}', 3, '^cpu-'), "
-            "       (gen_random_uuid(), %s, '{{}}', 3, '^new-')").format(job), [QUEUE, QUEUE])
-        db.execute(sql.SQL(
-            "INSERT INTO {} (id, queue, data, priority) "
-            "SELECT gen_random_uuid(), %s, jsonb_build_object('n', n), 0 "
-            "FROM generate_series(1, 50) AS n").format(job), [QUEUE])
+        insert_pending(db, schema, QUEUE, REFUSED, 5, preferred_instance_key_pattern="^gpu-")
+        for pattern in ("^cpu-", "^new-"):
+            insert_pending(db, schema, QUEUE, 1, 3, preferred_instance_key_pattern=pattern)
+        insert_pending(db, schema, QUEUE, 50, 0)
     db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(job))
 
 
