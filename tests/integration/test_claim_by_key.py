@@ -21,7 +21,7 @@ from psycopg import sql
 from portqueue import PortQueue
 from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
-from tests.support.plans import explain, plan_nodes
+from tests.support.plans import explain, plan_nodes, rows_examined
 from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
@@ -54,17 +54,6 @@ def limited_claim(schema: str) -> Query:
 def plain_claim(schema: str) -> Query:
     return ops.claim(queries_for(schema), slots={QUEUE: SLOTS}, lease_seconds={QUEUE: 60},
                      matching_patterns=[], refused_patterns=[], worker_id=str(uuid.uuid4()))
-
-
-def rows_examined(root: dict[str, Any]) -> int:
-    """Rows the scans of the job table produced or filtered out, over all loops."""
-    examined = 0
-    for node in plan_nodes(root):
-        if node.get("Relation Name") == "job" and "Scan" in node["Node Type"]:
-            loops = node.get("Actual Loops", 1)
-            examined += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-                         + node.get("Rows Removed by Index Recheck", 0)) * loops
-    return examined
 
 
 def indexes_read(root: dict[str, Any]) -> set[str]:

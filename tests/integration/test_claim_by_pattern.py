@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from portqueue.queries import queries_for
-from tests.support.plans import explain, plan_nodes
+from tests.support.plans import explain, rows_examined
 from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
@@ -52,17 +52,6 @@ def claim(db: Db, schema: str, *, matching: Sequence[str], refused: Sequence[str
         refused_patterns=list(refused))
     (result,) = explain(db, query, fmt="JSON")
     return result["Plan"]
-
-
-def rows_examined(root: dict[str, Any]) -> int:
-    """Rows the scans of the job table produced or filtered out, over all loops."""
-    examined = 0
-    for node in plan_nodes(root):
-        if node.get("Relation Name") == "job" and "Scan" in node["Node Type"]:
-            loops = node.get("Actual Loops", 1)
-            examined += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
-                         + node.get("Rows Removed by Index Recheck", 0)) * loops
-    return examined
 
 
 def claimed_statuses(db: Db, schema: str, *, matching: Sequence[str],

@@ -65,6 +65,17 @@ MAX_BUFFERS = 300
 BY_ID = {"job_pkey", "job_singleton_key_uq"}
 
 
+def rows_examined(root: dict[str, Any]) -> int:
+    """Rows the scans of the job table produced or filtered out, over all loops."""
+    examined = 0
+    for node in plan_nodes(root):
+        if node.get("Relation Name") == "job" and "Scan" in node["Node Type"]:
+            loops = node.get("Actual Loops", 1)
+            examined += (node["Actual Rows"] + node.get("Rows Removed by Filter", 0)
+                         + node.get("Rows Removed by Index Recheck", 0)) * loops
+    return examined
+
+
 def load_running(db: psycopg.Connection[Any], schema: str) -> None:
     """RUNNING active jobs in queue 'plan', written past the triggers, then analysed."""
     with db.transaction():
