@@ -126,6 +126,7 @@ def main() -> None:
     checks: list[tuple[str, Callable[[], object], object]] = []
     with psycopg.connect(args.dsn, autocommit=True) as conn:
         version = conn.execute("SHOW server_version").fetchone()
+        major = conn.info.server_version // 10000
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
         conn.execute(f"CREATE SCHEMA {SCHEMA}")
         conn.execute(f"SET search_path = {SCHEMA}")
@@ -157,9 +158,26 @@ def main() -> None:
                             RECLAIMING_ADD % 50, RECLAIMING_ADD % 51) and conn.execute(
                                 "SELECT count(*) FROM job WHERE id IN (50, 51)").fetchone(),
              (2,)),
-            ("1. an INSERT into a leaf gets no value from the root's identity column",
+            # PostgreSQL 17 gave the leaves the root's identity (an INSERT into a
+            # leaf takes the next value, and refuses one given without OVERRIDING
+            # SYSTEM VALUE); 15 and 16 leave the leaf's column a plain one.
+            ("1. an INSERT into a leaf gets no value from the root's identity column"
+             if major < 17 else "1. an INSERT into a leaf takes the root's identity (17+)",
              lambda: error_of(conn, "INSERT INTO job_live (id, status) VALUES (30, 'pending')"),
-             'null value in column "seq" of relation "job_live" violates not-null constraint'),
+             'null value in column "seq" of relation "job_live" violates not-null constraint'
+             if major < 17 else "no error"),
+            ("1. a leaf refuses a seq given without OVERRIDING SYSTEM VALUE (17+)"
+             if major >= 17 else "1. a leaf takes a seq given without OVERRIDING SYSTEM VALUE",
+             lambda: error_of(conn, "INSERT INTO job_live (id, seq, status) VALUES"
+                                    " (31, nextval(pg_get_serial_sequence('job', 'seq')),"
+                                    " 'pending')"),
+             'cannot insert a non-DEFAULT value into column "seq"' if major >= 17
+             else "no error"),
+            ("1. OVERRIDING SYSTEM VALUE with nextval inserts into a leaf on every version",
+             lambda: error_of(conn, "INSERT INTO job_live (id, seq, status) OVERRIDING SYSTEM"
+                                    " VALUE VALUES (32, nextval(pg_get_serial_sequence("
+                                    "'job', 'seq')), 'pending')"),
+             "no error"),
             ("2. a move fires DELETE (seeing the moved row) and INSERT row triggers only",
              lambda: logged(conn, "UPDATE job SET status = 'completed', finished_at = now()"
                                   " WHERE id = 10"),
@@ -168,10 +186,25 @@ def main() -> None:
              lambda: logged(conn, "UPDATE job SET status = 'active' WHERE id = 11"),
              ["UPDATE ROW"]),
             ("2. an INSERT into a leaf skips the root's statement trigger",
-             lambda: logged(conn, "INSERT INTO job_live (id, seq, status)"
-                                  " VALUES (30, nextval(pg_get_serial_sequence('job', 'seq')),"
-                                  " 'pending')"),
+             lambda: logged(conn, "INSERT INTO job_live (id, seq, status) OVERRIDING SYSTEM"
+                                  " VALUE VALUES (33, nextval(pg_get_serial_sequence("
+                                  "'job', 'seq')), 'pending')"),
              ["INSERT ROW"]),
+            ("2. ... which a statement trigger (transition table) on the leaf catches",
+             lambda: [conn.execute("CREATE TRIGGER ls AFTER INSERT ON job_live REFERENCING NEW"
+                                   " TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION"
+                                   " log_row()")] and logged(
+                 conn, "INSERT INTO job_live (id, seq, status) OVERRIDING SYSTEM VALUE"
+                       " VALUES (34, nextval(pg_get_serial_sequence('job', 'seq')),"
+                       " 'pending')"),
+             ["INSERT ROW", "INSERT STATEMENT"]),
+            ("2. an INSERT through the root skips the leaf's statement trigger",
+             lambda: logged(conn, "INSERT INTO job (id, status) VALUES (35, 'pending')"),
+             ["INSERT ROW", "INSERT STATEMENT"]),
+            ("2. a move back to the live leaf fires no statement trigger either",
+             lambda: logged(conn, "UPDATE job SET status = 'pending', finished_at = NULL"
+                                  " WHERE id = 10"),
+             ["DELETE ROW sees 1", "INSERT ROW"]),
             ("3. an UPDATE racing a move fails (single table: 0 rows)",
              lambda: racing_move(args.dsn, "UPDATE job SET note = 'beat'"
                                            " WHERE id = 1 AND status = 'active'"),
