@@ -139,6 +139,9 @@ SELECT EXISTS (SELECT FROM target) AS found,
 
 -- fragment: rearmed
 -- What retry_job and retry_jobs set on a row they re-arm (named j).
+-- dependents_released is turned off: it stands for the completion that set
+-- it, and on a partitioned job table (docs/retention.md, partitioned history)
+-- the trigger a later end fires sees only the new row, not the flag's change.
 status = 'pending',
     attempt = 0,
     start_after = now(),
@@ -149,7 +152,8 @@ status = 'pending',
     progress = NULL,
     cancel_requested_at = NULL,
     lease_expires_at = NULL,
-    worker_id = NULL
+    worker_id = NULL,
+    dependents_released = false
 
 -- fragment: rearmable
 -- Which rows (named j) retry_job and retry_jobs may re-arm: settled ones,

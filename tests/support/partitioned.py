@@ -1,8 +1,11 @@
 """A migrated schema's (empty) job table rebuilt as the partitioned layout of
 docs/retention.md ("Partitioned history: the design"): ``job`` partitioned by
 status into ``job_live`` and ``job_finished``, the latter by day of
-``finished_at``. Only the tables and indexes: enough to plan the library's
-statements against (EXPLAIN), not to run a worker on."""
+``finished_at``, with its indexes and the triggers rewritten for row movement
+(point 2 of the design: ``TRIGGERS`` and ``SETTLE_PATCHES``, the DDL the
+layout's migration is to take over). Enough to plan the library's statements
+against (EXPLAIN) and to run the triggers' work on moved rows; not the key
+tables, so not for singleton, debounce or keyed adds."""
 
 from __future__ import annotations
 
@@ -16,14 +19,104 @@ LIVE = ("pending", "active", "waiting")
 FINISHED = ("completed", "failed", "cancelled", "expired")
 DAYS = 3
 
+# Point 2: a status change that moves a row between job_live and job_finished
+# fires the DELETE row triggers of the old leaf and the INSERT row triggers of
+# the new one, no UPDATE row trigger and no statement trigger. Today's
+# triggers stay on the root for the changes within one leaf (pending to
+# active, a rescue, waiting to pending, finished to finished); these catch
+# the moves, and the INSERT straight into job_live a singleton or debounce
+# add must make (point 1). Formatted with {schema} (quoted).
+TRIGGERS = """
+-- An INSERT into the leaf skips the root's statement trigger job_added_notify.
+CREATE TRIGGER job_live_added_notify AFTER INSERT ON {schema}.job_live
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.notify_jobs_added();
+-- A retry moves the row back: job_pending_notify's case. An add (through the
+-- root or into the leaf) has created_at = now() and is its statement
+-- trigger's; a retried row was created by an earlier transaction.
+CREATE TRIGGER job_live_arrived_pending_notify AFTER INSERT ON {schema}.job_live
+    FOR EACH ROW
+    WHEN (NEW.status = 'pending' AND NEW.start_after <= now() AND NEW.created_at < now())
+    EXECUTE FUNCTION {schema}.notify_job_pending();
+-- A retry of a dependency that ended: the dependents it cancelled wait again
+-- (settle_dependents on an INSERT into job_live re-arms).
+CREATE TRIGGER job_live_arrived_settle_dependents AFTER INSERT ON {schema}.job_live
+    FOR EACH ROW WHEN (NEW.has_dependents)
+    EXECUTE FUNCTION {schema}.settle_dependents();
+-- The row arrives in job_finished exactly when it finishes (an INSERT of a
+-- finished row through the root too: a waiter for it learns it is finished).
+CREATE TRIGGER job_finished_arrived_notify AFTER INSERT ON {schema}.job_finished
+    FOR EACH ROW WHEN (NEW.notify_finished)
+    EXECUTE FUNCTION {schema}.notify_job_finished();
+-- dependents_released: set by the completion that released them itself.
+-- Without OLD this cannot tell a flag turned on now from one left on by an
+-- earlier completion of a retried job: the retry must turn it off.
+CREATE TRIGGER job_finished_arrived_settle_dependents AFTER INSERT ON {schema}.job_finished
+    FOR EACH ROW WHEN (NEW.has_dependents AND NOT NEW.dependents_released)
+    EXECUTE FUNCTION {schema}.settle_dependents();
+-- A limited job that ends frees a slot (a pending one cancelled notifies too:
+-- a spare wake-up).
+CREATE TRIGGER job_finished_arrived_slot_freed_notify AFTER INSERT ON {schema}.job_finished
+    FOR EACH ROW WHEN (NEW.limited)
+    EXECUTE FUNCTION {schema}.notify_job_pending();
+"""
+
+# settle_dependents (as migration 0013 left it), for row movement: a DELETE
+# whose row still exists was a move, not a removal (an AFTER row trigger runs
+# at the end of the statement, when the moved row is visible; the probe is
+# pruned to the side the row went to), and an INSERT into job_live re-arms as
+# the UPDATE from an end does. (anchor, replacement) pairs on its definition.
+SETTLE_PATCHES = (
+    ("""    IF TG_OP = 'DELETE' THEN
+        parent := OLD.id;""",
+     """    IF TG_OP = 'DELETE' THEN
+        IF OLD.status::text IN ('pending', 'active', 'waiting') THEN
+            PERFORM FROM {schema}.job AS moved WHERE moved.id = OLD.id
+              AND moved.status IN ('completed', 'failed', 'cancelled', 'expired');
+        ELSE
+            PERFORM FROM {schema}.job AS moved WHERE moved.id = OLD.id
+              AND moved.status IN ('pending', 'active', 'waiting');
+        END IF;
+        IF FOUND THEN
+            -- Moved to the other partition: its INSERT trigger settles it.
+            RETURN NULL;
+        END IF;
+        parent := OLD.id;"""),
+    ("""    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN""",
+     """    IF TG_OP = 'INSERT' AND state IN ('pending', 'waiting') THEN
+        -- Arrived in job_live: moved back by a retry (or an add of a job
+        -- with dependents, whose re-arm finds nothing).
+        PERFORM {schema}.settle_dependents_of(NULL, NULL, NULL, ARRAY[parent]);
+        RETURN NULL;
+    END IF;
+    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
+       AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN"""),
+)
+
+
+def _settle_dependents_for_moves(db: psycopg.Connection[Any], schema: str) -> None:
+    quoted = sql.Identifier(schema).as_string(db)
+    ((definition,),) = db.execute(
+        "SELECT pg_get_functiondef(%s::regprocedure)",
+        [f"{quoted}.settle_dependents()"]).fetchall()
+    for anchor, replacement in SETTLE_PATCHES:
+        assert definition.count(anchor) == 1, f"settle_dependents changed: {anchor!r}"
+        definition = definition.replace(anchor, replacement.replace("{schema}", quoted))
+    db.execute(definition)
+
 
 def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
     """Rebuild ``schema``'s empty job table partitioned; returns the leaves' names."""
     job = sql.Identifier(schema, "job")
+    quoted = sql.Identifier(schema).as_string(db)
     indexes = [row[0] for row in db.execute(
         "SELECT pg_get_indexdef(indexrelid) FROM pg_index"
         " WHERE indrelid = %s::regclass AND NOT indisprimary",
-        [f'"{schema}".job']).fetchall()]
+        [f"{quoted}.job"]).fetchall()]
+    triggers = [row[0] for row in db.execute(
+        "SELECT pg_get_triggerdef(oid) FROM pg_trigger"
+        " WHERE tgrelid = %s::regclass AND NOT tgisinternal", [f"{quoted}.job"]).fetchall()]
     leaves = ["job_live"]
     with db.transaction():
         db.execute(sql.SQL("ALTER TABLE {} RENAME TO job_single").format(job))
@@ -55,8 +148,13 @@ def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
             if definition.startswith("CREATE UNIQUE INDEX"):
                 # Unique indexes without the partition keys: on the live leaf
                 # (the key tables of the design take the others' place).
-                definition = definition.replace(" ON ", " ON ", 1).replace(
+                definition = definition.replace(
                     f" ON {schema}.job ", f" ON {schema}.job_live ").replace(
                     f' ON "{schema}".job ', f' ON "{schema}".job_live ')
             db.execute(definition)
+        for definition in triggers:
+            # Today's, on the root: they fire for the changes within one leaf.
+            db.execute(definition)
+        _settle_dependents_for_moves(db, schema)
+        db.execute(TRIGGERS.format(schema=quoted))
     return leaves
