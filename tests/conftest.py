@@ -105,6 +105,14 @@ def pg_dsn(pg_server_dsn: str) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def migrated_schema(pg_dsn: str) -> str:
     migrate(pg_dsn, schema=TEST_SCHEMA)
+    if os.environ.get("PORTQUEUE_TEST_LAYOUT") == "partitioned":
+        # Issue 24's work in progress: the suite on the prototype of the
+        # partitioned job table (tests/support/partitioned.py). Not a CI leg:
+        # it fails where docs/retention.md's "What is left to build" says.
+        from tests.support.partitioned import partition_job_table
+
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            partition_job_table(conn, TEST_SCHEMA)
     return TEST_SCHEMA
 
 

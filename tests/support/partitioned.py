@@ -56,32 +56,40 @@ CREATE TRIGGER job_finished_arrived_settle_dependents AFTER INSERT ON {schema}.j
     EXECUTE FUNCTION {schema}.settle_dependents();
 -- A limited job that ends frees a slot (a pending one cancelled notifies too:
 -- a spare wake-up).
+-- A removal: a statement trigger on the root, which fires for a DELETE
+-- statement (the rows of every leaf in its transition table) and never for
+-- the UPDATE of a move, where the row trigger job_removed_settle_dependents
+-- fired for every move of a job with dependents and took it for a removal
+-- (a completion's dependents cancelled). One call per DELETE, not per row.
+DROP TRIGGER job_removed_settle_dependents ON {schema}.job;
+CREATE FUNCTION {schema}.settle_removed_dependents() RETURNS trigger
+LANGUAGE plpgsql SET plan_cache_mode = force_generic_plan AS $$
+DECLARE
+    ids uuid[];
+    shared uuid[];
+BEGIN
+    SELECT array_agg(r.id), array_agg(r.id) FILTER (WHERE r.has_shared_dependents)
+    INTO ids, shared
+    FROM removed AS r WHERE r.has_dependents;
+    IF ids IS NOT NULL THEN
+        PERFORM {schema}.settle_dependents_of(
+            ids, array_fill('removed'::text, ARRAY[cardinality(ids)]), shared, NULL);
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON {schema}.job
+    REFERENCING OLD TABLE AS removed
+    FOR EACH STATEMENT EXECUTE FUNCTION {schema}.settle_removed_dependents();
 CREATE TRIGGER job_finished_arrived_slot_freed_notify AFTER INSERT ON {schema}.job_finished
     FOR EACH ROW WHEN (NEW.limited)
     EXECUTE FUNCTION {schema}.notify_job_pending();
 """
 
-# settle_dependents (as migration 0013 left it), for row movement: a DELETE
-# whose row still exists was a move, not a removal (an AFTER row trigger runs
-# at the end of the statement, when the moved row is visible; the probe is
-# pruned to the side the row went to), and an INSERT into job_live re-arms as
-# the UPDATE from an end does. (anchor, replacement) pairs on its definition.
+# settle_dependents (as migration 0013 left it), for row movement: an INSERT
+# into job_live re-arms as the UPDATE from an end does. (anchor, replacement)
+# pairs on its definition.
 SETTLE_PATCHES = (
-    ("""    IF TG_OP = 'DELETE' THEN
-        parent := OLD.id;""",
-     """    IF TG_OP = 'DELETE' THEN
-        IF OLD.status::text IN ('pending', 'active', 'waiting') THEN
-            PERFORM FROM {schema}.job AS moved WHERE moved.id = OLD.id
-              AND moved.status IN ('completed', 'failed', 'cancelled', 'expired');
-        ELSE
-            PERFORM FROM {schema}.job AS moved WHERE moved.id = OLD.id
-              AND moved.status IN ('pending', 'active', 'waiting');
-        END IF;
-        IF FOUND THEN
-            -- Moved to the other partition: its INSERT trigger settles it.
-            RETURN NULL;
-        END IF;
-        parent := OLD.id;"""),
     ("""    IF TG_OP = 'UPDATE' AND state IN ('pending', 'waiting')
        AND OLD.status::text IN ('failed', 'cancelled', 'expired') THEN""",
      """    IF TG_OP = 'INSERT' AND state IN ('pending', 'waiting') THEN
@@ -133,6 +141,16 @@ def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
         ).format(sql.Identifier(schema, "job_finished"), job,
                  sql.SQL(", ").join(map(sql.Literal, FINISHED))))
         today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        # Everything that finished before the first day partition: on a
+        # migrated table the former single table (the online migration's
+        # job_history), on a new one empty, so both have the same layout; and
+        # a row finished in the past (a backdated finished_at, an import) has
+        # a place. Not a DEFAULT: DETACH CONCURRENTLY still works (point 5).
+        leaves.append("job_history")
+        db.execute(sql.SQL(
+            "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM (MINVALUE) TO ({})").format(
+            sql.Identifier(schema, "job_history"), sql.Identifier(schema, "job_finished"),
+            sql.Literal(today - timedelta(days=1))))
         for day in range(-1, DAYS - 1):
             start = today + timedelta(days=day)
             name = f"job_finished_{start:%Y%m%d}"
