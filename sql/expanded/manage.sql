@@ -13,7 +13,8 @@ SET status = 'pending',
     progress = NULL,
     cancel_requested_at = NULL,
     lease_expires_at = NULL,
-    worker_id = NULL
+    worker_id = NULL,
+    dependents_released = false
 WHERE j.id = %(job_id)s
   AND j.status NOT IN ('active', 'pending', 'waiting')
   AND (j.singleton_key IS NULL OR NOT EXISTS (
@@ -177,7 +178,8 @@ retried AS (
     progress = NULL,
     cancel_requested_at = NULL,
     lease_expires_at = NULL,
-    worker_id = NULL
+    worker_id = NULL,
+    dependents_released = false
     FROM keyed AS k
     WHERE j.id = k.id AND k.first_of_key AND j.status NOT IN ('active', 'pending', 'waiting')
   AND (j.singleton_key IS NULL OR NOT EXISTS (
@@ -214,7 +216,8 @@ retried AS (
     progress = NULL,
     cancel_requested_at = NULL,
     lease_expires_at = NULL,
-    worker_id = NULL
+    worker_id = NULL,
+    dependents_released = false
     FROM keyed AS k
     WHERE j.id = k.id AND k.first_of_key AND j.status NOT IN ('active', 'pending', 'waiting')
   AND (j.singleton_key IS NULL OR NOT EXISTS (
