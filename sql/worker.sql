@@ -93,20 +93,13 @@ WITH RECURSIVE wanted AS (
 ),
 -- Each queue's ready jobs with neither a pattern nor a key: one range scan.
 plain AS (
-    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               NULL::text AS pattern, j.priority, j.start_after, j.seq
-        FROM {schema}.job AS j
-        WHERE j.queue = wanted.queue
-          AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL
-          AND j.partition_key IS NULL
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
-        LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
+        {ready_range(
+            queue => wanted.queue, clock => now(), limit => wanted.slots,
+            lease_seconds => wanted.lease_seconds,
+            range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL)}
     ) AS c
 ),
 -- Each queue's ready jobs with a partition key and no pattern (a queue
@@ -116,20 +109,13 @@ plain AS (
 -- pins the probe to job_claim_keyed_idx: an EXISTS may be planned as a
 -- scan of the table.)
 keyed AS (
-    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               NULL::text AS pattern, j.priority, j.start_after, j.seq
-        FROM {schema}.job AS j
-        WHERE j.queue = wanted.queue
-          AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL
-          AND j.partition_key IS NOT NULL
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
-        LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
+        {ready_range(
+            queue => wanted.queue, clock => now(), limit => wanted.slots,
+            lease_seconds => wanted.lease_seconds,
+            range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL)}
     ) AS c
     WHERE (SELECT j.queue FROM {schema}.job AS j
            WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
@@ -138,20 +124,14 @@ keyed AS (
 ),
 -- Each queue's ready jobs of each pattern the worker matches.
 matched AS (
-    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN unnest(%(matching_patterns)s::text[]) AS p (pattern)
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern, j.priority, j.start_after, j.seq
-        FROM {schema}.job AS j
-        WHERE j.queue = wanted.queue
-          AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern = p.pattern
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
-        LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
+        {ready_range(
+            queue => wanted.queue, clock => now(), limit => wanted.slots,
+            lease_seconds => wanted.lease_seconds,
+            range => j.preferred_instance_key_pattern = p.pattern)}
     ) AS c
 ),
 -- One range alone when only it has ready jobs (no ranking: the plain jobs,
@@ -564,24 +544,21 @@ keyed AS (
     FROM keys AS k
     CROSS JOIN limits AS l
     CROSS JOIN LATERAL (
-        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-               j.preferred_instance_key_pattern AS pattern,
-               %(lease_seconds)s::integer AS lease_seconds
-        FROM {schema}.job AS j
-        WHERE j.queue = %(queue)s AND j.status = 'pending'
-          AND j.partition_key = k.partition_key AND j.start_after <= statement_timestamp()
-          AND (j.preferred_instance_key_pattern IS NULL
-               OR j.preferred_instance_key_pattern NOT IN (
-                      SELECT unnest(%(refused_patterns)s::text[])))
-        ORDER BY j.priority DESC, j.start_after, j.seq
-        LIMIT greatest(0, least(
-            (SELECT b.n FROM budget AS b),
-            l.partition_concurrency - coalesce(
-                (SELECT a.n FROM active AS a WHERE a.partition_key = k.partition_key), 0),
-            CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
-                (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0) END))
-        FOR UPDATE OF j SKIP LOCKED
+        {ready_range(
+            queue => %(queue)s, clock => statement_timestamp(),
+            lease_seconds => %(lease_seconds)s::integer,
+            range => j.partition_key = k.partition_key
+                     AND (j.preferred_instance_key_pattern IS NULL
+                          OR j.preferred_instance_key_pattern NOT IN (
+                                 SELECT unnest(%(refused_patterns)s::text[]))),
+            limit =>
+                greatest(0, least(
+                    (SELECT b.n FROM budget AS b),
+                    l.partition_concurrency - coalesce(
+                        (SELECT a.n FROM active AS a WHERE a.partition_key = k.partition_key), 0),
+                    CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
+                        (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0)
+                    END)))}
     ) AS c
     WHERE k.partition_key IS NOT NULL
 ),
@@ -594,47 +571,30 @@ keyed AS (
 -- queue's pending ones not refused are read and sorted.
 unkeyed AS (
     SELECT u.* FROM (
-        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                j.preferred_instance_key_pattern AS pattern,
-                %(lease_seconds)s::integer AS lease_seconds
-         FROM {schema}.job AS j
-         WHERE j.queue = %(queue)s AND j.status = 'pending'
-           AND j.preferred_instance_key_pattern IS NULL
-           AND j.partition_key IS NULL
-           AND j.start_after <= statement_timestamp()
-         ORDER BY j.priority DESC, j.start_after, j.seq
-         LIMIT (SELECT b.n FROM budget AS b)
-         FOR UPDATE OF j SKIP LOCKED) AS plain
+        SELECT * FROM (
+            {ready_range(
+                queue => %(queue)s, clock => statement_timestamp(),
+                lease_seconds => %(lease_seconds)s::integer, limit => (SELECT b.n FROM budget AS b),
+                range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL)}
+        ) AS plain
         UNION ALL
-        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                j.preferred_instance_key_pattern AS pattern,
-                %(lease_seconds)s::integer AS lease_seconds
-         FROM {schema}.job AS j
-         WHERE j.queue = %(queue)s AND j.status = 'pending'
-           AND j.preferred_instance_key_pattern IS NULL
-           AND j.partition_key IS NOT NULL
-           AND j.start_after <= statement_timestamp()
-           AND NOT (SELECT l.by_key FROM limits AS l)
-         ORDER BY j.priority DESC, j.start_after, j.seq
-         LIMIT (SELECT b.n FROM budget AS b)
-         FOR UPDATE OF j SKIP LOCKED) AS keyed_unlimited
+        SELECT * FROM (
+            {ready_range(
+                queue => %(queue)s, clock => statement_timestamp(),
+                lease_seconds => %(lease_seconds)s::integer, limit => (SELECT b.n FROM budget AS b),
+                range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                         AND NOT (SELECT l.by_key FROM limits AS l))}
+        ) AS keyed_unlimited
         UNION ALL
-        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                j.preferred_instance_key_pattern AS pattern,
-                %(lease_seconds)s::integer AS lease_seconds
-         FROM {schema}.job AS j
-         WHERE j.queue = %(queue)s AND j.status = 'pending'
-           AND j.preferred_instance_key_pattern IS NOT NULL
-           AND j.start_after <= statement_timestamp()
-           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
-           AND j.preferred_instance_key_pattern NOT IN (
-                   SELECT unnest(%(refused_patterns)s::text[]))
-         ORDER BY j.priority DESC, j.start_after, j.seq
-         LIMIT (SELECT b.n FROM budget AS b)
-         FOR UPDATE OF j SKIP LOCKED) AS patterned
+        SELECT * FROM (
+            {ready_range(
+                queue => %(queue)s, clock => statement_timestamp(),
+                lease_seconds => %(lease_seconds)s::integer, limit => (SELECT b.n FROM budget AS b),
+                range => j.preferred_instance_key_pattern IS NOT NULL
+                         AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+                         AND j.preferred_instance_key_pattern NOT IN (
+                                 SELECT unnest(%(refused_patterns)s::text[])))}
+        ) AS patterned
     ) AS u
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
@@ -705,6 +665,29 @@ WHERE NOT EXISTS (
     WHERE q.name = %(queue)s
       AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
            OR q.rate_limit IS NOT NULL));
+
+-- fragment: ready_range(queue, clock, range, limit, lease_seconds)
+-- The one shape of every range a claim reads (claim's plain, keyed and
+-- matched ranges; claim_limited's per-key range and its three unkeyed ones):
+-- up to limit of queue's pending jobs in range, due by clock, in claim order,
+-- skipping rows other claimers hold. range names one claim index's entries
+-- (job_claim_idx, job_claim_keyed_idx, job_claim_patterned_idx, or
+-- job_partition_idx for one key), so each is one index range scan that stops
+-- at limit. clock is now() for claim and statement_timestamp() for
+-- claim_limited (a statement after its lock, see there). The columns are
+-- what candidates sorts and claim_set reads (pattern is NULL in a range of
+-- jobs without one).
+SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+       (j.expire_at IS NOT NULL AND j.expire_at <= {clock}) AS expired,
+       j.preferred_instance_key_pattern AS pattern,
+       {lease_seconds} AS lease_seconds
+FROM {schema}.job AS j
+WHERE j.queue = {queue} AND j.status = 'pending'
+  AND {range}
+  AND j.start_after <= {clock}
+ORDER BY j.priority DESC, j.start_after, j.seq
+LIMIT {limit}
+FOR UPDATE OF j SKIP LOCKED
 
 -- fragment: claimable
 -- What a claim takes of its candidates (alias candidates: id, pattern): no

@@ -58,16 +58,16 @@ WITH RECURSIVE wanted AS (
                  OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 ),
 plain AS (
-    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               NULL::text AS pattern, j.priority, j.start_after, j.seq
+        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern,
+               wanted.lease_seconds AS lease_seconds
         FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue
-          AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL
-          AND j.partition_key IS NULL
+        WHERE j.queue = wanted.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
           AND j.start_after <= now()
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
@@ -75,16 +75,16 @@ plain AS (
     ) AS c
 ),
 keyed AS (
-    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               NULL::text AS pattern, j.priority, j.start_after, j.seq
+        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern,
+               wanted.lease_seconds AS lease_seconds
         FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue
-          AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL
-          AND j.partition_key IS NOT NULL
+        WHERE j.queue = wanted.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
           AND j.start_after <= now()
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT wanted.slots
@@ -96,15 +96,16 @@ keyed AS (
            ORDER BY j.queue LIMIT 1) IS NOT NULL
 ),
 matched AS (
-    SELECT c.*, wanted.queue, wanted.slots, wanted.lease_seconds
+    SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN unnest(%(matching_patterns)s::text[]) AS p (pattern)
     CROSS JOIN LATERAL (
-        SELECT j.id, (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern, j.priority, j.start_after, j.seq
+        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern,
+               wanted.lease_seconds AS lease_seconds
         FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue
-          AND j.status = 'pending'
+        WHERE j.queue = wanted.queue AND j.status = 'pending'
           AND j.preferred_instance_key_pattern = p.pattern
           AND j.start_after <= now()
         ORDER BY j.priority DESC, j.start_after, j.seq
@@ -428,64 +429,70 @@ keyed AS (
                %(lease_seconds)s::integer AS lease_seconds
         FROM "portqueue".job AS j
         WHERE j.queue = %(queue)s AND j.status = 'pending'
-          AND j.partition_key = k.partition_key AND j.start_after <= statement_timestamp()
-          AND (j.preferred_instance_key_pattern IS NULL
-               OR j.preferred_instance_key_pattern NOT IN (
-                      SELECT unnest(%(refused_patterns)s::text[])))
+          AND j.partition_key = k.partition_key
+              AND (j.preferred_instance_key_pattern IS NULL
+                   OR j.preferred_instance_key_pattern NOT IN (
+                          SELECT unnest(%(refused_patterns)s::text[])))
+          AND j.start_after <= statement_timestamp()
         ORDER BY j.priority DESC, j.start_after, j.seq
         LIMIT greatest(0, least(
-            (SELECT b.n FROM budget AS b),
-            l.partition_concurrency - coalesce(
-                (SELECT a.n FROM active AS a WHERE a.partition_key = k.partition_key), 0),
-            CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
-                (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0) END))
+                  (SELECT b.n FROM budget AS b),
+                  l.partition_concurrency - coalesce(
+                      (SELECT a.n FROM active AS a WHERE a.partition_key = k.partition_key), 0),
+                  CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
+                      (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0)
+                  END))
         FOR UPDATE OF j SKIP LOCKED
     ) AS c
     WHERE k.partition_key IS NOT NULL
 ),
 unkeyed AS (
     SELECT u.* FROM (
-        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                j.preferred_instance_key_pattern AS pattern,
-                %(lease_seconds)s::integer AS lease_seconds
-         FROM "portqueue".job AS j
-         WHERE j.queue = %(queue)s AND j.status = 'pending'
-           AND j.preferred_instance_key_pattern IS NULL
-           AND j.partition_key IS NULL
-           AND j.start_after <= statement_timestamp()
-         ORDER BY j.priority DESC, j.start_after, j.seq
-         LIMIT (SELECT b.n FROM budget AS b)
-         FOR UPDATE OF j SKIP LOCKED) AS plain
+        SELECT * FROM (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   %(lease_seconds)s::integer AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = %(queue)s AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+              AND j.start_after <= statement_timestamp()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT (SELECT b.n FROM budget AS b)
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS plain
         UNION ALL
-        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                j.preferred_instance_key_pattern AS pattern,
-                %(lease_seconds)s::integer AS lease_seconds
-         FROM "portqueue".job AS j
-         WHERE j.queue = %(queue)s AND j.status = 'pending'
-           AND j.preferred_instance_key_pattern IS NULL
-           AND j.partition_key IS NOT NULL
-           AND j.start_after <= statement_timestamp()
-           AND NOT (SELECT l.by_key FROM limits AS l)
-         ORDER BY j.priority DESC, j.start_after, j.seq
-         LIMIT (SELECT b.n FROM budget AS b)
-         FOR UPDATE OF j SKIP LOCKED) AS keyed_unlimited
+        SELECT * FROM (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   %(lease_seconds)s::integer AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = %(queue)s AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                  AND NOT (SELECT l.by_key FROM limits AS l)
+              AND j.start_after <= statement_timestamp()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT (SELECT b.n FROM budget AS b)
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS keyed_unlimited
         UNION ALL
-        SELECT * FROM (SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                j.preferred_instance_key_pattern AS pattern,
-                %(lease_seconds)s::integer AS lease_seconds
-         FROM "portqueue".job AS j
-         WHERE j.queue = %(queue)s AND j.status = 'pending'
-           AND j.preferred_instance_key_pattern IS NOT NULL
-           AND j.start_after <= statement_timestamp()
-           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
-           AND j.preferred_instance_key_pattern NOT IN (
-                   SELECT unnest(%(refused_patterns)s::text[]))
-         ORDER BY j.priority DESC, j.start_after, j.seq
-         LIMIT (SELECT b.n FROM budget AS b)
-         FOR UPDATE OF j SKIP LOCKED) AS patterned
+        SELECT * FROM (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   %(lease_seconds)s::integer AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = %(queue)s AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern IS NOT NULL
+                  AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
+                  AND j.preferred_instance_key_pattern NOT IN (
+                          SELECT unnest(%(refused_patterns)s::text[]))
+              AND j.start_after <= statement_timestamp()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT (SELECT b.n FROM budget AS b)
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS patterned
     ) AS u
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
