@@ -4,6 +4,7 @@ limits a worker declares, and bad input refused before anything is written."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
@@ -73,6 +74,32 @@ def test_fifty_concurrent_debounced_adds_keep_one_job_with_the_last_data(
     assert job.data in [{"n": n} for n in range(ADDS)]
     assert {r.deduplication_reason for r in results if r.deduplicated} == {
         DeduplicationReason.DEBOUNCE}
+
+
+def test_fifty_concurrent_debounced_adds_keep_the_data_of_the_last_to_commit(
+    client: PortQueue, pg_dsn: str,
+) -> None:
+    # Each add runs in a transaction of its own (tx=) and commits under a lock
+    # that records the commit order, so "the last add" is known exactly.
+    committed: list[int] = []
+    commit_lock = threading.Lock()
+    job_ids: set[str] = set()
+
+    def add(n: int) -> None:
+        with psycopg.connect(pg_dsn) as conn:
+            result = client.add_job(queue="d", data={"n": n}, debounce=Debounce("k", 30),
+                                    tx=from_psycopg(conn))
+            with commit_lock:
+                conn.commit()
+                committed.append(n)
+                job_ids.add(str(result.job_id))
+
+    with ThreadPoolExecutor(ADDS) as pool:
+        list(pool.map(add, range(ADDS)))
+    assert len(committed) == ADDS and len(job_ids) == 1
+    job = client.get_job(job_id=job_ids.pop())
+    assert job is not None and job.status.value == "pending"
+    assert job.data == {"n": committed[-1]}
 
 
 def test_debounce_moves_start_after_on_the_database_clock_capped_by_max_wait(
