@@ -1,7 +1,8 @@
 """Flow control without a side read of the limits (SPEC §8): a worker learns that
 a queue gained or lost its limits from its claims, a changed limit wakes the
 queue's workers, ``fetch_jobs`` follows a limit set after its first fetch, and
-maintenance forgets ended throttle windows in bounded batches.
+maintenance forgets ended throttle windows in bounded batches; a slot freed by
+another session wakes a worker waiting for one.
 
 The workers poll every 30 s here, and their jobs block on gates, so nothing but
 the claims and the wake-ups under test can make them claim again in time.
@@ -9,6 +10,7 @@ the claims and the wake-ups under test can make them claim again in time.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import psycopg
@@ -33,6 +35,16 @@ def active(db: Db, schema: str, queue: str, *, limited: bool | None = None) -> i
         "SELECT count(*) FROM {} WHERE queue = %s AND status = 'active'{}").format(
             sql.Identifier(schema, "job"), condition), [queue]).fetchone() or (0,)
     return int(n)
+
+
+def listening(db: Db) -> bool:
+    """Whether a worker's listener has run LISTEN (its session shows it, or the
+    health probe that follows)."""
+    (n,) = db.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+        "AND application_name LIKE '%%:listener' "
+        "AND (query LIKE 'LISTEN %%' OR query = 'SELECT 1')").fetchone() or (0,)
+    return int(n) > 0
 
 
 def blocking_queue(client: PortQueue, harness: SyncHarness, queue: str, **options: Any) -> None:
@@ -84,6 +96,31 @@ def test_a_changed_limit_wakes_a_worker_waiting_for_a_slot(
     client.add_jobs(queue="raised", jobs=[{"data": n} for n in range(2)])
     wait_until(lambda: active(db, schema, "raised") == 10, 5, "new jobs claimed plainly")
     assert active(db, schema, "raised", limited=True) == 8
+
+
+def test_a_slot_freed_by_another_session_wakes_a_worker_waiting_for_it(
+    client: PortQueue, harness: SyncHarness, db: Db, schema: str,
+) -> None:
+    if mode.poll_only():
+        pytest.skip("poll_only workers hear no wake-up: they claim a freed slot at their poll")
+    blocking_queue(client, harness, "freed", global_concurrency=2)
+    # On the row now, not at the worker's start: the pull consumer's job counts.
+    client.set_queue_limits(queue="freed", global_concurrency=2)
+    client.add_job(queue="freed", data="pulled")
+    (pulled,) = client.fetch_jobs(queue="freed", limit=1)  # holds one of the two slots
+    client.add_jobs(queue="freed", jobs=[{"data": n} for n in range(3)])
+    harness.start(poll_interval=SLOW_POLL)
+    wait_until(lambda: active(db, schema, "freed") == 2, 10, "the worker at the limit")
+    # Its listener is up, and the claim of all its queues that follows LISTEN
+    # has run (it found the limit reached).
+    wait_until(lambda: listening(db), 10, "the worker's LISTEN")
+    time.sleep(0.5)
+    # The worker's jobs block, so it frees no slot and writes no outcome (no
+    # refill): only the NOTIFY of the pull consumer's completion can make it
+    # claim again before its poll, 30 s away.
+    assert client.complete_job(job_id=pulled.job_id, lease_token=pulled.lease_token)
+    wait_until(lambda: active(db, schema, "freed") == 2, 5, "the freed slot claimed")
+    assert active(db, schema, "freed", limited=True) == 2
 
 
 def test_fetch_jobs_follows_a_limit_set_and_removed_after_its_first_fetch(
