@@ -47,6 +47,15 @@ def listening(db: Db) -> bool:
     return int(n) > 0
 
 
+@pytest.fixture
+def woken(harness: SyncHarness) -> SyncHarness:
+    """The harness, for a test of wake-ups: a poll_only worker (PgBouncer)
+    hears none, and follows what they signal only at its poll."""
+    if mode.poll_only():
+        pytest.skip("poll_only workers hear no wake-up: they claim at their poll")
+    return harness
+
+
 def blocking_queue(client: PortQueue, harness: SyncHarness, queue: str, **options: Any) -> None:
     gate = harness.gate()
 
@@ -57,13 +66,11 @@ def blocking_queue(client: PortQueue, harness: SyncHarness, queue: str, **option
 
 
 def test_a_limit_set_on_a_queue_claimed_plainly_holds_from_the_next_claim(
-    client: PortQueue, harness: SyncHarness, db: Db, schema: str,
+    client: PortQueue, woken: SyncHarness, db: Db, schema: str,
 ) -> None:
-    if mode.poll_only():
-        pytest.skip("poll_only workers hear no add's wake-up: they claim at their poll")
-    blocking_queue(client, harness, "later")
+    blocking_queue(client, woken, "later")
     client.add_jobs(queue="later", jobs=[{"data": n} for n in range(2)])
-    harness.start(poll_interval=SLOW_POLL)
+    woken.start(poll_interval=SLOW_POLL)
     wait_until(lambda: active(db, schema, "later") == 2, 10, "two unlimited jobs running")
     client.set_queue_limits(queue="later", global_concurrency=3)
     # The plain claim passes over the queue now, and says so: the worker
@@ -78,13 +85,11 @@ def test_a_limit_set_on_a_queue_claimed_plainly_holds_from_the_next_claim(
 
 
 def test_a_changed_limit_wakes_a_worker_waiting_for_a_slot(
-    client: PortQueue, harness: SyncHarness, db: Db, schema: str,
+    client: PortQueue, woken: SyncHarness, db: Db, schema: str,
 ) -> None:
-    if mode.poll_only():
-        pytest.skip("poll_only workers hear no wake-up: they follow a change at their poll")
-    blocking_queue(client, harness, "raised", global_concurrency=2)
+    blocking_queue(client, woken, "raised", global_concurrency=2)
     client.add_jobs(queue="raised", jobs=[{"data": n} for n in range(8)])
-    harness.start(poll_interval=SLOW_POLL)
+    woken.start(poll_interval=SLOW_POLL)
     wait_until(lambda: active(db, schema, "raised") == 2, 10, "two jobs at the limit")
     # No job finishes, so no slot frees: only the change's wake-up can do it.
     client.set_queue_limits(queue="raised", global_concurrency=5)
@@ -99,17 +104,15 @@ def test_a_changed_limit_wakes_a_worker_waiting_for_a_slot(
 
 
 def test_a_slot_freed_by_another_session_wakes_a_worker_waiting_for_it(
-    client: PortQueue, harness: SyncHarness, db: Db, schema: str,
+    client: PortQueue, woken: SyncHarness, db: Db, schema: str,
 ) -> None:
-    if mode.poll_only():
-        pytest.skip("poll_only workers hear no wake-up: they claim a freed slot at their poll")
-    blocking_queue(client, harness, "freed", global_concurrency=2)
+    blocking_queue(client, woken, "freed", global_concurrency=2)
     # On the row now, not at the worker's start: the pull consumer's job counts.
     client.set_queue_limits(queue="freed", global_concurrency=2)
     client.add_job(queue="freed", data="pulled")
     (pulled,) = client.fetch_jobs(queue="freed", limit=1)  # holds one of the two slots
     client.add_jobs(queue="freed", jobs=[{"data": n} for n in range(3)])
-    harness.start(poll_interval=SLOW_POLL)
+    woken.start(poll_interval=SLOW_POLL)
     wait_until(lambda: active(db, schema, "freed") == 2, 10, "the worker at the limit")
     # Its listener is up, and the claim of all its queues that follows LISTEN
     # has run (it found the limit reached).
