@@ -9,10 +9,10 @@ never decides when another is claimed again:
 - a queue is *backlogged* while its last claim filled every slot it asked
   for (more may be waiting), until a claim of it comes back short.
 
-The fetcher claims only wanted queues that have room: a free slot, or fewer
-jobs held ahead than the queue claims ahead (``hold.py``); a wanted queue
-with no room stays wanted, and its next freed slot claims it. All of it
-runs on the worker's loop: no locks.
+The fetcher claims only wanted queues that have room: a free slot, or, for
+a backlogged queue, fewer jobs held ahead than it claims ahead (``hold.py``);
+a wanted queue with no room stays wanted, and its next freed slot claims it.
+All of it runs on the worker's loop: no locks.
 """
 
 from __future__ import annotations
@@ -48,8 +48,10 @@ class Demand:
         return self._concurrency[queue] - self._running[queue]
 
     def room(self, queue: str) -> int:
-        """What a claim of ``queue`` asks for now: its free slots, plus what it
-        claims ahead less what it holds."""
+        """What a claim of ``queue`` asks for now: its free slots, plus, while
+        it is backlogged, what it claims ahead less what it holds."""
+        if queue not in self._backlogged:
+            return self.free(queue) - self.held[queue]
         return self.free(queue) + self.ahead(queue) - self.held[queue]
 
     def running(self, queue: str) -> int:

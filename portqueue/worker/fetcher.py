@@ -220,7 +220,7 @@ class Fetcher:
         rows: list[Claimed] = []
         # The queues that claim ahead: their rows' started_at is written when
         # each starts, not by the claim.
-        holding = {name for name in asked if self._ahead(name) > 0}
+        holding = {name for name in asked if asked[name] > self._demand.free(name)}
         began = time.monotonic()
         async with self._connections.claims.use() as conn:
             transactions = self._transactions(asked, holding)
