@@ -8,6 +8,7 @@ import signal
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from portqueue import PortQueue
 from tests.faults.harness import Fleet
@@ -19,9 +20,9 @@ RETRY = {"max_attempts": 3}
 
 
 def rows(db: psycopg.Connection[Any], schema: str, ids: list[str]) -> list[tuple[Any, ...]]:
-    return db.execute(
-        f'SELECT id::text, status::text, started_at, attempt, errors FROM "{schema}".job '
-        "WHERE id = ANY(%s::uuid[])", (ids,)).fetchall()
+    return db.execute(sql.SQL(
+        "SELECT id::text, status::text, started_at, attempt, errors FROM {} "
+        "WHERE id = ANY(%s::uuid[])").format(sql.Identifier(schema, "job")), (ids,)).fetchall()
 
 
 def test_a_killed_workers_held_jobs_are_rescued_like_its_running_ones(
@@ -44,7 +45,7 @@ def test_a_killed_workers_held_jobs_are_rescued_like_its_running_ones(
     fleet.worker(app=APP)  # maintenance on: its rescuer finds the lapsed leases
     wait_until(lambda: all(r[1] == "completed" for r in rows(db, schema, batch)), 40,
                "every job, held ones included, rescued and finished")
-    for job_id, _, started_at, attempt, errors in rows(db, schema, [r[0] for r in held]):
+    for _, _, started_at, attempt, errors in rows(db, schema, [r[0] for r in held]):
         assert attempt == 2, "the held attempt was counted, as a running one's is"
         assert [e["type"] for e in errors] == ["LeaseExpired"]
         assert started_at is not None

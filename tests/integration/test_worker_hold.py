@@ -3,6 +3,7 @@ during one claim's round trip, visible in the table, released on stop."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -10,6 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
 
 from portqueue import PortQueue
 from tests.support.waiting import wait_until
@@ -19,10 +22,11 @@ Db = psycopg.Connection[Any]
 
 
 def rows(db: Db, schema: str, ids: list[str]) -> list[dict[str, Any]]:
-    with db.cursor(row_factory=psycopg.rows.dict_row) as cursor:
-        return cursor.execute(
-            f'SELECT id::text, status::text, started_at, attempt, worker_id::text '
-            f'FROM "{schema}".job WHERE id = ANY(%s::uuid[])', (ids,)).fetchall()
+    with db.cursor(row_factory=dict_row) as cursor:
+        return cursor.execute(sql.SQL(
+            "SELECT id::text, status::text, started_at, attempt, worker_id::text "
+            "FROM {} WHERE id = ANY(%s::uuid[])").format(sql.Identifier(schema, "job")),
+            (ids,)).fetchall()
 
 
 def test_two_workers_of_slow_handlers_share_a_backlog(
@@ -72,7 +76,7 @@ def test_held_jobs_are_active_unstarted_and_released_at_once_on_stop(
         if job.data.get("block"):
             blocked.append(job.id)
             # Waits on a thread's event without holding the loop.
-            await __import__("asyncio").to_thread(gate.wait, 20)
+            await asyncio.to_thread(gate.wait, 20)
 
     harness.start()
     warm = [j.job_id for j in pq.add_jobs(queue="ahead", jobs=[{"data": {}}] * 20)]
