@@ -2,6 +2,10 @@
 until slots free, bounded by what the queue will start before its next claim
 returns.
 
+Off unless the worker was started with ``claim_ahead=True``: SPEC §4 has a
+claim take at most the free slots, and a held job is ``active`` before it
+starts (docs/consuming.md, "Claims ahead").
+
 A queue's *ahead* is how many jobs it claims past its free slots: about its
 concurrency x (the claim's round trip / the queue's mean handler time), the
 jobs its slots start while one claim is in flight, capped at
@@ -37,8 +41,9 @@ SMOOTHING = 0.2
 class Hold:
     def __init__(self, demand: Demand, concurrency: dict[str, int],
                  run: Callable[[Running], None],
-                 started: Callable[[list[str]], None]) -> None:
+                 started: Callable[[list[str]], None], *, enabled: bool) -> None:
         self._demand = demand
+        self._enabled = enabled
         self._concurrency = concurrency
         self._run = run
         self._started = started
@@ -54,7 +59,7 @@ class Hold:
     def ahead(self, queue: str) -> int:
         """How many jobs past its free slots ``queue`` claims now."""
         mean = self._handler_seconds.get(queue)
-        if self.closed or mean is None or self._round_trip is None:
+        if not self._enabled or self.closed or mean is None or self._round_trip is None:
             return 0
         concurrency = self._concurrency[queue]
         if mean <= 0:

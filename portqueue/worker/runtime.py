@@ -72,8 +72,10 @@ class Worker:
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         for_drain: bool = False,
         connections: int = DEFAULT_CONNECTIONS,
+        claim_ahead: bool = False,
     ) -> None:
         self.settings = settings
+        self.claim_ahead = claim_ahead
         # drain() claims through the fetcher itself, round by round: no claim
         # loop, and no listener (nothing to wake; cancels reach running jobs
         # through the heartbeat's touch).
@@ -121,10 +123,11 @@ class Worker:
         self.release = Release(self.connections, self.q, self.jobs, self.id)
         self.events = EventDispatch(self.registry, self.connections, self.q, self.id)
         total = sum(spec.concurrency for spec in self.queues.values())
-        # The backlog cap counts what a claim may hold ahead too: one claim's
-        # outcomes must not fill it, or claims wait for every write.
+        # Claiming ahead, the backlog cap counts what a claim may hold too: one
+        # claim's outcomes must not fill it, or claims wait for every write.
+        per_slot = BACKLOG_PER_SLOT + (HOLD_PER_SLOT if self.claim_ahead else 0)
         self.completer = Completer(self.connections, self.q, self.events, self.id,
-                                   backlog_cap=max((BACKLOG_PER_SLOT + HOLD_PER_SLOT) * total, 1),
+                                   backlog_cap=max(per_slot * total, 1),
                                    freed=lambda queues: self.fetcher.freed(queues),
                                    running=lambda: len(self.jobs))
         self.handlers = HandlerConnections(self.settings, self.id)
@@ -142,7 +145,8 @@ class Worker:
         self.hold = Hold(self.demand,
                          {name: spec.concurrency for name, spec in self.queues.items()},
                          self.runners.start,
-                         lambda ids: self.events.emit_later("job_started", ids))
+                         lambda ids: self.events.emit_later("job_started", ids),
+                         enabled=self.claim_ahead)
         self.fetcher = Fetcher(self.settings, self.connections, self.queues, self.demand,
                                self.stopping, self.completer.room, self.poll_interval, self.id,
                                self.runners.prepare, self.hold,

@@ -28,7 +28,7 @@ def rows(db: psycopg.Connection[Any], schema: str, ids: list[str]) -> list[tuple
 def test_a_killed_workers_held_jobs_are_rescued_like_its_running_ones(
     pq: PortQueue, fleet: Fleet, db: psycopg.Connection[Any], schema: str,
 ) -> None:
-    first = fleet.worker(app=APP, HOLD_BLOCK="1")
+    first = fleet.worker("--claim-ahead", app=APP, HOLD_BLOCK="1")
     # Fast jobs first: the worker measures its handlers and its claims.
     warm = [j.job_id for j in pq.add_jobs(queue=QUEUE, jobs=[{"data": {}}] * 20)]
     wait_until(lambda: all(r[1] == "completed" for r in rows(db, schema, warm)), 20,

@@ -45,9 +45,9 @@ def test_two_workers_of_slow_handlers_share_a_backlog(
                 time.sleep(0.3)
 
         ids = [j.job_id for j in pq.add_jobs(queue="slow", jobs=[{"data": {}}] * 50)]
-        clients[0].start(**START_DEFAULTS)
+        clients[0].start(**START_DEFAULTS, claim_ahead=True)
         wait_until(lambda: ran[0] > 10, 20, "the first worker to finish some jobs")
-        clients[1].start(**START_DEFAULTS)
+        clients[1].start(**START_DEFAULTS, claim_ahead=True)
         wait_until(lambda: all(r["status"] == "completed" for r in rows(db, schema, ids)), 30,
                    "the backlog to drain")
     finally:
@@ -78,7 +78,7 @@ def test_held_jobs_are_active_unstarted_and_released_at_once_on_stop(
             # Waits on a thread's event without holding the loop.
             await asyncio.to_thread(gate.wait, 20)
 
-    harness.start()
+    harness.start(claim_ahead=True)
     warm = [j.job_id for j in pq.add_jobs(queue="ahead", jobs=[{"data": {}}] * 20)]
     wait_until(lambda: all(r["status"] == "completed" for r in rows(db, schema, warm)), 20,
                "the warm-up jobs (the worker measures its handlers and claims)")
