@@ -202,6 +202,8 @@ class Queries:
         # Channel names match the triggers in the migrations: "<schema>.<topic>".
         self.job_channel = f"{schema}.job"
         self.cancel_channel = f"{schema}.cancel"
+        # A queue's first listener had no free slot for a wake-up: the others claim.
+        self.passed_channel = f"{schema}.passed"
         self.finished_channel = f"{schema}.finished"
 
     def __call__(self, name: str, **params: Any) -> Query:

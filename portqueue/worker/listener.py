@@ -20,6 +20,14 @@ its slots claims again as they free, whatever the stretch), and the
 cancels of its running jobs reach them with the heartbeat (a third of the
 lease) instead of at once.
 
+The listeners of a queue take turns by rank, so that an add makes one claim,
+not WAKE_SHARE (three of which found nothing): the first (oldest) claims at
+once; when it has no free slot for the queue it passes the wake-up on (a
+NOTIFY on the passed channel) and the others claim at once. The others also
+claim, PASS_SAFETY_SECONDS after a wake-up (one claim for all the wake-ups
+of that window), in case the first is gone and not yet counted out: a job
+never waits for the poll interval while a listener has a free slot.
+
 A lost session is said once (one warning), however many reconnects it
 takes (a full server may refuse them for minutes), and its return once
 (info); the fetcher's poll claims meanwhile.
@@ -54,6 +62,9 @@ LISTEN_HEALTH_SECONDS = 15.0
 WAKE_SHARE = 4
 # The most poll intervals between the polls of a worker that hears no wake-ups.
 POLL_STRETCH_MAX = 5.0
+# How long a queue's other listeners leave a wake-up to its first one before
+# they claim too (once for all the wake-ups of that time).
+PASS_SAFETY_SECONDS = 0.25
 
 
 def poll_stretch(workers: dict[str, int]) -> float:
@@ -103,6 +114,10 @@ class Listener:
         # This worker's rank among each queue's live workers; unknown is 1.
         self._ranks: dict[str, int] = {}
         self._subscribed = False
+        # Queues whose wake-up this (first) listener could not take: passed on.
+        self._to_pass: set[str] = set()
+        # The other listeners' safety claims, by queue.
+        self._later: dict[str, asyncio.TimerHandle] = {}
 
     async def run(self) -> None:
         failures = 0
@@ -157,6 +172,7 @@ class Listener:
                 # (psycopg keeps those aside): one read of the socket, no wait.
                 async for notify in conn.notifies(timeout=0):
                     self._heard(notify)
+                await self._pass_on(conn)
                 left = checked_at - loop.time()
                 if left <= 0:
                     break
@@ -171,14 +187,38 @@ class Listener:
                     f"no answer to SELECT 1 within {self._check_seconds / 3:.1f}s") from None
 
     def _heard(self, notify: psycopg.Notify) -> None:
+        queue = notify.payload
+        rank = self._ranks.get(queue, 1)
         if notify.channel == self.q.job_channel:
             # Only the queue named, and only once it has a free slot.
-            if self._ranks.get(notify.payload, 1) <= WAKE_SHARE:
-                self._demand.want(notify.payload)
+            if rank == 1:
+                if self._demand.free(queue) <= 0 and queue in self._demand.queues:
+                    self._to_pass.add(queue)
+                self._demand.want(queue)
+            elif rank <= WAKE_SHARE and queue not in self._later:
+                self._later[queue] = asyncio.get_running_loop().call_later(
+                    PASS_SAFETY_SECONDS, self._want_later, queue)
+        elif notify.channel == self.q.passed_channel:
+            if 1 < rank <= WAKE_SHARE:
+                later = self._later.pop(queue, None)
+                if later is not None:
+                    later.cancel()
+                self._demand.want(queue)
         elif notify.channel == self.q.cancel_channel:
             running = self._jobs.get(notify.payload)
             if running is not None:
                 running.state.set("cancelled")
+
+    def _want_later(self, queue: str) -> None:
+        self._later.pop(queue, None)
+        self._demand.want(queue)
+
+    async def _pass_on(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """The wake-ups this first listener had no free slot for, to the others."""
+        while self._to_pass:
+            queue = self._to_pass.pop()
+            await self._connections.within(conn, conn.execute(
+                "SELECT pg_notify(%s, %s)", [self.q.passed_channel, queue]))
 
     async def _probe(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await self._rank(conn)
@@ -195,8 +235,8 @@ class Listener:
 
     async def _subscribe(self, conn: psycopg.AsyncConnection[Any],
                          command: Literal["LISTEN", "UNLISTEN"]) -> None:
-        """LISTEN (or UNLISTEN) the cancel channel, then the job channel."""
-        for channel in (self.q.cancel_channel, self.q.job_channel):
+        """LISTEN (or UNLISTEN) the cancel and passed channels, then the job channel."""
+        for channel in (self.q.cancel_channel, self.q.passed_channel, self.q.job_channel):
             name = psycopg.sql.Identifier(channel)
             await self._connections.within(conn, conn.execute(
                 psycopg.sql.SQL("LISTEN {}").format(name) if command == "LISTEN"
