@@ -76,14 +76,15 @@ async def test_each_add_makes_one_claim_among_the_listeners(
     async def handle(job: Any) -> None:
         started.append(job.id)
 
+    async def started_by_notification(job_id: str | None) -> None:
+        await wait_until_async(lambda: job_id in started, 10, "the job to start by notification")
+
     clients = await start_listeners(apq_factory, db, schema, handle, first_concurrency=4)
     try:
         await asyncio.sleep(SETTLE)
         before = len(claims)
         for n in range(ADDS):
-            job = pq.add_job(queue=QUEUE, data={"n": n})
-            await wait_until_async(lambda: job.job_id in started, 10,
-                                   "the job to start by notification")
+            await started_by_notification(pq.add_job(queue=QUEUE, data={"n": n}).job_id)
         await asyncio.sleep(0.5)  # any claim the adds set off has been made
         assert len(claims) - before == ADDS, claims[before:]
         assert len(set(claims[before:])) == 1, "the first listener claims every add"
