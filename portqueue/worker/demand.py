@@ -44,6 +44,9 @@ class Demand:
     def queues(self) -> list[str]:
         return list(self._concurrency)
 
+    def handles(self, queue: str) -> bool:
+        return queue in self._concurrency
+
     def free(self, queue: str) -> int:
         return self._concurrency[queue] - self._running[queue]
 

@@ -192,7 +192,7 @@ class Listener:
         if notify.channel == self.q.job_channel:
             # Only the queue named, and only once it has a free slot.
             if rank == 1:
-                if self._demand.free(queue) <= 0 and queue in self._demand.queues:
+                if self._demand.handles(queue) and self._demand.free(queue) <= 0:
                     self._to_pass.add(queue)
                 self._demand.want(queue)
             elif rank <= WAKE_SHARE and queue not in self._later:

@@ -81,6 +81,8 @@ async def test_each_add_makes_one_claim_among_the_listeners(
 
     clients = await start_listeners(apq_factory, db, schema, handle, first_concurrency=4)
     try:
+        # A queue none of them consumes: its notification changes nothing here.
+        pq.add_job(queue="elsewhere", data={})
         await asyncio.sleep(SETTLE)
         before = len(claims)
         for n in range(ADDS):
