@@ -14,6 +14,7 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.worker.job import Job
+from tests.pgbouncer import mode
 from tests.support.waiting import wait_until
 from tests.support.workers import SyncHarness
 
@@ -64,3 +65,37 @@ def test_an_outcome_claims_the_slot_it_frees_in_its_own_transaction(
     for (previous, _), (_, started_by) in itertools.pairwise(seen):
         assert started_by == final[previous][1], (
             "a job was started by a claim of its own, not by the outcome that freed its slot")
+
+
+@pytest.mark.parametrize("concurrency", [20, 50], ids=["slots-at-the-limit", "more-slots"])
+def test_a_limited_drain_never_waits_for_the_poll(
+    client: PortQueue, harness: SyncHarness, db: Db, schema: str, concurrency: int,
+) -> None:
+    # The bench's global100 drain in small (a worker whose slots equal the
+    # limit, and one with more slots than the limit): short jobs, slots freed
+    # and refilled many times a second. The worker polls every 30 s, so a
+    # freed slot's wake-up lost once (a slot count drifting, an outcome's
+    # commit that nobody claims after) would hold the queue until the poll:
+    # the drain must end well before it.
+    if mode.poll_only():
+        pytest.skip("poll_only workers hear no wake-up: they claim again at their poll")
+
+    def handler(job: Job) -> None:
+        return None
+
+    client.create_queue(queue="burst", handler=handler, concurrency=concurrency,
+                        global_concurrency=20)
+    client.add_jobs(queue="burst", jobs=[{"data": n} for n in range(1000)])
+    harness.start(poll_interval=30.0)
+
+    def left() -> int:
+        (n,) = db.execute(sql.SQL(
+            "SELECT count(*) FROM {} WHERE queue = 'burst' AND finished_at IS NULL").format(
+                sql.Identifier(schema, "job"))).fetchone() or (0,)
+        return int(n)
+
+    wait_until(lambda: left() == 0, 25, "the limited queue to drain without a poll",
+               interval=0.05)
+    (attempts,) = db.execute(sql.SQL("SELECT max(attempt) FROM {} WHERE queue = 'burst'").format(
+        sql.Identifier(schema, "job"))).fetchone() or (0,)
+    assert attempts == 1
