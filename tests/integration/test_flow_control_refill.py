@@ -73,10 +73,10 @@ def test_a_limited_drain_never_waits_for_the_poll(
 ) -> None:
     # The bench's global100 drain in small (a worker whose slots equal the
     # limit, and one with more slots than the limit): short jobs, slots freed
-    # and refilled many times a second. The worker polls every 30 s, so a
+    # and refilled many times a second. The worker polls once a minute, so a
     # freed slot's wake-up lost once (a slot count drifting, an outcome's
     # commit that nobody claims after) would hold the queue until the poll:
-    # the drain must end well before it.
+    # the drain (a few seconds, tens on a loaded machine) must end before it.
     if mode.poll_only():
         pytest.skip("poll_only workers hear no wake-up: they claim again at their poll")
 
@@ -85,8 +85,8 @@ def test_a_limited_drain_never_waits_for_the_poll(
 
     client.create_queue(queue="burst", handler=handler, concurrency=concurrency,
                         global_concurrency=20)
-    client.add_jobs(queue="burst", jobs=[{"data": n} for n in range(1000)])
-    harness.start(poll_interval=30.0)
+    client.add_jobs(queue="burst", jobs=[{"data": n} for n in range(500)])
+    harness.start(poll_interval=60.0)
 
     def left() -> int:
         (n,) = db.execute(sql.SQL(
@@ -94,7 +94,7 @@ def test_a_limited_drain_never_waits_for_the_poll(
                 sql.Identifier(schema, "job"))).fetchone() or (0,)
         return int(n)
 
-    wait_until(lambda: left() == 0, 25, "the limited queue to drain without a poll",
+    wait_until(lambda: left() == 0, 50, "the limited queue to drain without a poll",
                interval=0.05)
     (attempts,) = db.execute(sql.SQL("SELECT max(attempt) FROM {} WHERE queue = 'burst'").format(
         sql.Identifier(schema, "job"))).fetchone() or (0,)
