@@ -22,9 +22,8 @@ from psycopg import sql
 
 from portqueue import maintenance_operations as maintenance
 from portqueue import worker_operations as ops
-from portqueue.migrate import migrate
 from portqueue.queries import Query, queries_for
-from tests.support.partitioned import partition_job_table
+from tests.support.partitioned import partitioned_schema
 from tests.support.plans import plan_nodes
 
 Db = psycopg.Connection[Any]
@@ -36,12 +35,8 @@ LEASE = ops.Lease(JOB, 1)
 
 @pytest.fixture(scope="module")
 def partitioned(pg_dsn: str) -> Iterator[str]:
-    with psycopg.connect(pg_dsn, autocommit=True) as db:
-        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
-        migrate(pg_dsn, schema=SCHEMA)
-        partition_job_table(db, SCHEMA)
-        yield SCHEMA
-        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(SCHEMA)))
+    with partitioned_schema(pg_dsn, SCHEMA) as schema:
+        yield schema
 
 
 def _written_leaves(db: Db, query: Query) -> list[list[str]]:

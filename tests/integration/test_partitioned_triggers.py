@@ -22,8 +22,7 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue.migrate import migrate
-from tests.support.partitioned import partition_job_table
+from tests.support.partitioned import partitioned_schema
 
 Db = psycopg.Connection[Any]
 
@@ -33,12 +32,8 @@ QUEUE = "moves"
 
 @pytest.fixture(scope="module")
 def layout(pg_dsn: str) -> Iterator[str]:
-    with psycopg.connect(pg_dsn, autocommit=True) as db:
-        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(SCHEMA)))
-        migrate(pg_dsn, schema=SCHEMA)
-        partition_job_table(db, SCHEMA)
-        yield SCHEMA
-        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(SCHEMA)))
+    with partitioned_schema(pg_dsn, SCHEMA) as schema:
+        yield schema
 
 
 @pytest.fixture

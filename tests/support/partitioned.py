@@ -9,6 +9,8 @@ tables, so not for singleton, debounce or keyed adds."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -176,3 +178,16 @@ def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
         _settle_dependents_for_moves(db, schema)
         db.execute(TRIGGERS.format(schema=quoted))
     return leaves
+
+
+@contextmanager
+def partitioned_schema(dsn: str, schema: str) -> Iterator[str]:
+    """A schema of its own, migrated, its job table partitioned; dropped after."""
+    from portqueue.migrate import migrate
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        migrate(dsn, schema=schema)
+        partition_job_table(db, schema)
+        yield schema
+        db.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
