@@ -62,9 +62,8 @@ def claim_params(scenario: str) -> dict[str, Any]:
         slots = 1 if scenario == "light" else 10
         return {"queues": [f"q{n}" for n in range(QUEUES)], "slots": [slots] * QUEUES,
                 "lease_seconds": [60] * QUEUES, "matching_patterns": [],
-                "refused_patterns": [], "holding": []}
+                "refused_patterns": []}
     return {"queues": ["q0"], "slots": [10], "lease_seconds": [60], "matching_patterns": [],
-            "holding": [],
             "refused_patterns": ["^gpu-"] if scenario == "patterned" else []}
 
 

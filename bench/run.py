@@ -571,7 +571,7 @@ class Bench:
         worker_id = uuid.uuid4()
         query = queries_for("portqueue")(
             "claim", queues=names, slots=[slots] * queues, lease_seconds=[60] * queues,
-            refused_patterns=[], matching_patterns=[], worker_id=worker_id, holding=[])
+            refused_patterns=[], matching_patterns=[], worker_id=worker_id)
         timings: dict[str, list[float]] = {"fresh": [], "cached": []}
         claimed = 0
         with psycopg.connect(dsn) as conn:

@@ -164,10 +164,7 @@ class PortQueueSystem:
             client.create_queue(queue=f"{QUEUE}-idle-{extra}", handler=handle,
                                 concurrency=settings["concurrency"])
 
-        # --set portqueue.claim_ahead=true: the opt-in claims ahead (only
-        # passed when set, so the code of an older commit still starts).
-        ahead = {"claim_ahead": True} if settings.get("claim_ahead") else {}
-        await client.start(**ahead)
+        await client.start()
         await stop.wait()
         await client.stop()
         await client.aclose()

@@ -788,7 +788,6 @@ class AsyncPortQueue:
         scheduler: bool, poll_interval: float, grace_seconds: float,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> Worker:
         if self._host is not None:
             raise InvalidArgument("start", "this client's worker is already running")
@@ -814,7 +813,6 @@ class AsyncPortQueue:
                 "listen_check_seconds", listen_check_seconds),
             connections=validation.integer("connections", connections,
                                            minimum=MIN_CONNECTIONS, maximum=1000),
-            claim_ahead=validation.flag("claim_ahead", claim_ahead),
         )
 
     async def start(
@@ -828,7 +826,6 @@ class AsyncPortQueue:
         grace_seconds: float = 30.0,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> None:
         """Start consuming the registered queues (or ``queues``); returns once running.
 
@@ -847,14 +844,11 @@ class AsyncPortQueue:
         for outcomes, maintenance and the scheduler, which gets the rest
         (docs/operations.md, "Connections per worker"). While the server has
         no connection free, the worker waits for them (one warning) and
-        returns once it has them. ``claim_ahead`` (default off): a backlogged
-        queue of fast handlers claims past its free slots what it will start
-        during one claim's round trip, held ``active`` with ``started_at``
-        unset until they start (docs/consuming.md, "Claims ahead").
+        returns once it has them.
         """
         worker = self._worker(
             queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
-            listen_check_seconds, connections, claim_ahead)
+            listen_check_seconds, connections)
         host = AsyncWorkerHost(worker)
         await host.start()
         self._host = host
@@ -878,14 +872,13 @@ class AsyncPortQueue:
         grace_seconds: float = 30.0,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> None:
         """Run workers until SIGTERM (drain, then return) or SIGINT / a second signal
         (abort). Raises ``PortQueueError`` if the worker dies of a fatal error.
         Settings as for ``start()``."""
         worker = self._worker(
             queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
-            listen_check_seconds, connections, claim_ahead)
+            listen_check_seconds, connections)
         host = AsyncWorkerHost(worker)
         self._host = host
         try:
@@ -907,7 +900,8 @@ class AsyncPortQueue:
         ``job.transaction()`` behave as in a worker: it is one, without its claim
         loop. Returns the counts of each outcome; the builtin ``TimeoutError`` if
         the queues are not dry within ``timeout_seconds`` (default 30)."""
-        validation.flag("with_scheduled", with_scheduled)
+        if not isinstance(with_scheduled, bool):
+            raise InvalidArgument("with_scheduled", "must be True or False")
         timeout = validation.positive_seconds("timeout_seconds", timeout_seconds)
         registered = self._registry.queues()
         chosen = registered if queues is None else {

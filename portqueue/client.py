@@ -784,7 +784,6 @@ class PortQueue:
         scheduler: bool, poll_interval: float, grace_seconds: float,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> Worker:
         if self._host is not None:
             raise InvalidArgument("start", "this client's worker is already running")
@@ -810,7 +809,6 @@ class PortQueue:
                 "listen_check_seconds", listen_check_seconds),
             connections=validation.integer("connections", connections,
                                            minimum=MIN_CONNECTIONS, maximum=1000),
-            claim_ahead=validation.flag("claim_ahead", claim_ahead),
         )
 
     def start(
@@ -824,7 +822,6 @@ class PortQueue:
         grace_seconds: float = 30.0,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> None:
         """Start consuming the registered queues (or ``queues``); returns once running.
 
@@ -843,14 +840,11 @@ class PortQueue:
         for outcomes, maintenance and the scheduler, which gets the rest
         (docs/operations.md, "Connections per worker"). While the server has
         no connection free, the worker waits for them (one warning) and
-        returns once it has them. ``claim_ahead`` (default off): a backlogged
-        queue of fast handlers claims past its free slots what it will start
-        during one claim's round trip, held ``active`` with ``started_at``
-        unset until they start (docs/consuming.md, "Claims ahead").
+        returns once it has them.
         """
         worker = self._worker(
             queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
-            listen_check_seconds, connections, claim_ahead)
+            listen_check_seconds, connections)
         host = ThreadWorkerHost(worker)
         host.start()
         self._host = host
@@ -874,14 +868,13 @@ class PortQueue:
         grace_seconds: float = 30.0,
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> None:
         """Run workers until SIGTERM (drain, then return) or SIGINT / a second signal
         (abort). Raises ``PortQueueError`` if the worker dies of a fatal error.
         Settings as for ``start()``."""
         worker = self._worker(
             queues, concurrency, maintenance, scheduler, poll_interval, grace_seconds,
-            listen_check_seconds, connections, claim_ahead)
+            listen_check_seconds, connections)
         host = ThreadWorkerHost(worker)
         self._host = host
         try:
@@ -903,7 +896,8 @@ class PortQueue:
         ``job.transaction()`` behave as in a worker: it is one, without its claim
         loop. Returns the counts of each outcome; the builtin ``TimeoutError`` if
         the queues are not dry within ``timeout_seconds`` (default 30)."""
-        validation.flag("with_scheduled", with_scheduled)
+        if not isinstance(with_scheduled, bool):
+            raise InvalidArgument("with_scheduled", "must be True or False")
         timeout = validation.positive_seconds("timeout_seconds", timeout_seconds)
         registered = self._registry.queues()
         chosen = registered if queues is None else {

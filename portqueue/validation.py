@@ -113,12 +113,6 @@ def integer(argument: str, value: object, *, minimum: int, maximum: int = INT32_
     return value
 
 
-def flag(argument: str, value: object) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidArgument(argument, "must be True or False")
-    return value
-
-
 def optional_integer(
     argument: str, value: object, *, minimum: int, maximum: int = INT32_MAX
 ) -> int | None:

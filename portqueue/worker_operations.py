@@ -35,8 +35,6 @@ class Touch:
     lease_seconds: int
     progress: float | None
     attrs: Mapping[str, Any] | None
-    # Stamps started_at of an attempt its claim left unstamped (worker/hold.py).
-    started_ago: float | None = None
 
 
 def _leases(leases: Sequence[Lease]) -> str:
@@ -75,19 +73,16 @@ def end_sessions(q: Queries, pids: Sequence[int]) -> Query:
 
 def claim(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, int],
           matching_patterns: Sequence[str], refused_patterns: Sequence[str],
-          worker_id: str, holding: Collection[str] = ()) -> Query:
+          worker_id: str) -> Query:
     """Up to ``slots[queue]`` jobs of each queue, leased for ``lease_seconds[queue]``.
-    Its rows are ``portqueue.worker.state.Claimed``, in column order, and in
-    claim order within each queue. The patterns are this worker's verdicts
-    (``portqueue.worker.patterns``): the claim evaluates none itself. The
-    queues in ``holding`` claim ahead (worker/hold.py): their rows' started_at
-    stays NULL, written when each starts."""
+    Its rows are ``portqueue.worker.state.Claimed``, in column order. The
+    patterns are this worker's verdicts (``portqueue.worker.patterns``): the
+    claim evaluates none itself."""
     names = list(slots)
     return q("claim", queues=names, slots=[slots[name] for name in names],
              lease_seconds=[lease_seconds[name] for name in names],
              matching_patterns=list(matching_patterns),
-             refused_patterns=list(refused_patterns), worker_id=worker_id,
-             holding=[name for name in names if name in holding])
+             refused_patterns=list(refused_patterns), worker_id=worker_id)
 
 
 # --- outcomes ---
@@ -145,7 +140,7 @@ def touch_jobs(q: Queries, touches: Sequence[Touch]) -> Query:
     return q("touch_jobs", jobs=json.dumps([{
         "id": touch.lease.id, "lease_token": touch.lease.lease_token,
         "lease_seconds": touch.lease_seconds, "progress": touch.progress,
-        "attrs": touch.attrs, "started_ago": touch.started_ago,
+        "attrs": touch.attrs,
     } for touch in touches]))
 
 
@@ -204,8 +199,7 @@ UNLIMITED = "unlimited"
 
 def claims(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, int],
            limited: Collection[str], matching_patterns: Sequence[str],
-           refused_patterns: Sequence[str], worker_id: str,
-           holding: Collection[str] = ()) -> list[list[Query]]:
+           refused_patterns: Sequence[str], worker_id: str) -> list[list[Query]]:
     """The statements claiming up to ``slots[queue]`` of each queue, one list per
     transaction, the rows of each list's last statement being the claim's:
     first the plain claim of every queue not in ``limited`` (one statement),
@@ -216,7 +210,7 @@ def claims(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, 
     transactions = []
     if plain:
         transactions.append([claim(q, slots=plain, lease_seconds=lease_seconds,
-                                   worker_id=worker_id, holding=holding, **patterns)])
+                                   worker_id=worker_id, **patterns)])
     for name, n in slots.items():
         if name in limited:
             transactions.append([
@@ -281,40 +275,28 @@ def end_pattern_check(q: Queries) -> Sequence[Query]:
 
 def completion_entry(job_id: str, lease_token: int, *, status: str, output_json: str,
                      progress: float | None = None,
-                     attrs: Mapping[str, Any] | None = None,
-                     started_ago: float | None = None) -> str:
-    """A ``complete_jobs`` entry; ``output_json`` is the output already encoded.
-    ``started_ago``: the attempt started this many seconds before the write,
-    and its claim wrote no started_at (held ahead: worker/hold.py)."""
+                     attrs: Mapping[str, Any] | None = None) -> str:
+    """A ``complete_jobs`` entry; ``output_json`` is the output already encoded."""
     if progress is None and attrs is None:
         # The common case, written directly (it runs for every job): the id
-        # is a UUID's text, the token an int, the status a fixed word and
-        # started_ago a float, none of which needs escaping; absent keys read
-        # as NULL.
-        started = "" if started_ago is None else f'"started_ago":{started_ago!r},'
-        return (f'{{"id":"{job_id}","lease_token":{lease_token},{started}'
+        # is a UUID's text, the token an int and the status a fixed word,
+        # none of which needs escaping; absent keys read as NULL.
+        return (f'{{"id":"{job_id}","lease_token":{lease_token},'
                 f'"status":"{status}","output":{output_json}}}')
     head = json.dumps({"id": job_id, "lease_token": lease_token, "status": status,
-                       "progress": progress, "attrs": attrs, **_stamp(started_ago)})
+                       "progress": progress, "attrs": attrs})
     return f'{head[:-1]},"output":{output_json}}}'
-
-
-def _stamp(started_ago: float | None) -> dict[str, float]:
-    """An entry's started_ago key, absent (NULL) when there is nothing to stamp."""
-    return {} if started_ago is None else {"started_ago": started_ago}
 
 
 def failure_entry(job_id: str, lease_token: int, *, status: str, retry: bool,
                   delay_seconds: float, error: Mapping[str, Any],
                   progress: float | None = None,
-                  attrs: Mapping[str, Any] | None = None,
-                  started_ago: float | None = None) -> str:
+                  attrs: Mapping[str, Any] | None = None) -> str:
     """A ``fail_jobs`` entry: ``status`` failed or cancelled; with ``retry``,
-    back to pending ``delay_seconds`` later instead (``started_ago``: as in
-    ``completion_entry``)."""
+    back to pending ``delay_seconds`` later instead."""
     return json.dumps({"id": job_id, "lease_token": lease_token, "status": status,
                        "retry": retry, "delay_seconds": delay_seconds, "error": error,
-                       "progress": progress, "attrs": attrs, **_stamp(started_ago)})
+                       "progress": progress, "attrs": attrs})
 
 
 def snooze_entry(job_id: str, lease_token: int, *, delay_seconds: float,

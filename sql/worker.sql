@@ -181,11 +181,7 @@ present (queue, pattern) AS (
 claimed AS (
     UPDATE {schema}.job AS j
     SET {claim_set}
-    -- held: the queue claims ahead (portqueue/worker/hold.py), so its rows'
-    -- started_at stays NULL until each starts: active with started_at NULL
-    -- is a job claimed by a worker and not started yet.
-    FROM (SELECT c.*, c.queue = ANY (%(holding)s::text[]) AS held
-          FROM candidates AS c) AS c
+    FROM candidates AS c
     -- The planner cannot size LIMIT wanted.slots (a column, not a constant) and
     -- guesses a tenth of the backlog, then joins back to job with a hash or
     -- merge join over the whole table. Naming the claimed ids as an array pins
@@ -198,15 +194,9 @@ claimed AS (
     -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
     -- ids and data on as they come, and decoding them per row into objects it
     -- does not need is most of what reading a claim costs.
-    RETURNING {claimed_columns}, j.priority, j.start_after, j.seq
+    RETURNING {claimed_columns}
 )
--- In claim order (RETURNING keeps none): a queue's jobs held ahead start in it.
-(SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_id,
-        c.lease_token, c.timeout_seconds, c.retry_delay_seconds, c.backoff_strategy,
-        c.backoff_factor, c.backoff_max_delay_seconds, c.backoff_jitter, c.cancel_requested,
-        c.traceparent, c.parent_outputs_json
- FROM claimed AS c
- ORDER BY c.priority DESC, c.start_after, c.seq)
+SELECT * FROM claimed
 UNION ALL
 -- At most 64 patterns a claim to judge (the worker judges a few of them).
 (SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
@@ -239,16 +229,13 @@ WITH d AS MATERIALIZED (
     SELECT *
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
                                                     output jsonb, progress double precision,
-                                                    attrs jsonb,
-                                                    started_ago double precision)
+                                                    attrs jsonb)
 ),
 completed AS (
     UPDATE {schema}.job AS j
     SET status = d.status::{schema}.job_status,
         output = d.output,
         finished_at = now(),
-        -- An attempt claimed ahead and not stamped yet started this long ago.
-        started_at = coalesce(j.started_at, now() - make_interval(secs => d.started_ago)),
         lease_expires_at = NULL,
         progress = coalesce(d.progress, j.progress),
         attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END,
@@ -309,12 +296,11 @@ WITH failure AS (
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS f (id uuid, lease_token bigint, retry boolean,
                                                    delay_seconds double precision, error jsonb,
                                                    status text, progress double precision,
-                                                   attrs jsonb, started_ago double precision)
+                                                   attrs jsonb)
 ),
 updated AS (
     UPDATE {schema}.job AS j
     SET status = (CASE WHEN f.retry THEN 'pending' ELSE f.status END)::{schema}.job_status,
-        started_at = coalesce(j.started_at, now() - make_interval(secs => f.started_ago)),
         start_after = CASE WHEN f.retry THEN now() + make_interval(secs => f.delay_seconds)
                            ELSE j.start_after END,
         finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
@@ -349,13 +335,10 @@ WITH h AS MATERIALIZED (
     SELECT *
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
                                                    lease_seconds integer,
-                                                   progress double precision, attrs jsonb,
-                                                   started_ago double precision)
+                                                   progress double precision, attrs jsonb)
 )
 UPDATE {schema}.job AS j
 SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
-    -- A job claimed ahead (portqueue/worker/hold.py) that started since.
-    started_at = coalesce(j.started_at, now() - make_interval(secs => h.started_ago)),
     progress = coalesce(h.progress, j.progress),
     attrs = CASE WHEN h.attrs IS NULL THEN j.attrs ELSE j.attrs || h.attrs END
 FROM h
@@ -626,7 +609,7 @@ claimed AS (
     UPDATE {schema}.job AS j
     SET {claim_set},
         limited = true
-    FROM (SELECT c.*, false AS held FROM candidates AS c) AS c
+    FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
       AND j.status = 'pending'
     RETURNING {claimed_columns}, j.partition_key
@@ -718,12 +701,11 @@ claimable AS (
 
 -- fragment: claim_set
 -- The SET of a claim's UPDATE, from its candidates (alias c: expired,
--- lease_seconds, held). Shared by claim and claim_limited; statement_timestamp()
+-- lease_seconds). Shared by claim and claim_limited; statement_timestamp()
 -- is now() for the plain claim, a statement of its own (see claim_limited).
 status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::{schema}.job_status,
         attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at WHEN c.held THEN NULL
-                          ELSE statement_timestamp() END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
         finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
         lease_token = coalesce(j.lease_token, 0) + 1,
         lease_expires_at = CASE WHEN c.expired THEN NULL

@@ -55,10 +55,6 @@ def worker_command(
     connections: Annotated[int, typer.Option(
         "--connections", help="The worker's own database connections (at least 3: the "
         "listener, claims and heartbeats, and a pool of the rest).")] = DEFAULT_CONNECTIONS,
-    claim_ahead: Annotated[bool, typer.Option(
-        "--claim-ahead/--no-claim-ahead",
-        help="Let a backlogged queue of fast handlers claim past its free slots what it "
-        "starts during one claim's round trip.")] = False,
     scheduler: Annotated[bool, typer.Option(
         "--scheduler/--no-scheduler", help="Run the scheduler in this process.")] = True,
     maintenance: Annotated[bool, typer.Option(
@@ -102,7 +98,6 @@ def worker_command(
             "concurrency": concurrency, "scheduler": scheduler, "maintenance": maintenance,
             "poll_interval": poll_interval, "grace_seconds": grace_seconds,
             "listen_check_seconds": listen_check_seconds, "connections": connections,
-            "claim_ahead": claim_ahead,
         }
         if isinstance(client, AsyncPortQueue):
             run_until_stopped(client.run(**options))

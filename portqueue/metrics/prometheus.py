@@ -294,8 +294,6 @@ class PortQueueMetrics:
             raise
         self._undo = [hooks.observe_added(self._count(self.added)),
                       hooks.observe_rescued(self._count(self.rescued))]
-        # Jobs whose job_started snapshot had no started_at yet.
-        self._unstamped: set[str] = set()
         for event in EVENT_COUNTERS:
             client.on(event, self._on_event(event))
 
@@ -315,18 +313,9 @@ class PortQueueMetrics:
             if event == "job_started":
                 seconds = start_latency(snapshot)
                 histogram = self.start_latency_seconds
-                if seconds is None:
-                    # Claimed ahead (worker/hold.py): its started_at is written
-                    # with its outcome; its start latency is observed then.
-                    self._unstamped.add(snapshot.job_id)
             else:
                 seconds = run_time(snapshot, error)
                 histogram = self.run_seconds
-                if snapshot.job_id in self._unstamped:
-                    self._unstamped.discard(snapshot.job_id)
-                    started = start_latency(snapshot)
-                    if started is not None:
-                        self.start_latency_seconds.labels(snapshot.queue).observe(started)
             if seconds is not None:
                 histogram.labels(snapshot.queue).observe(seconds)
         return callback

@@ -9,17 +9,16 @@ never decides when another is claimed again:
 - a queue is *backlogged* while its last claim filled every slot it asked
   for (more may be waiting), until a claim of it comes back short.
 
-The fetcher claims only wanted queues that have room: a free slot, or, for
-a backlogged queue, fewer jobs held ahead than it claims ahead (``hold.py``);
-a wanted queue with no room stays wanted, and its next freed slot claims it.
-All of it runs on the worker's loop: no locks.
+The fetcher claims only wanted queues that have a free slot; a wanted queue
+with no free slot stays wanted, and its next freed slot claims it. All of it
+runs on the worker's loop: no locks.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 
 class Demand:
@@ -33,12 +32,6 @@ class Demand:
         # The poll interval's multiple between polls (the listener sets it:
         # a worker among many that hears no wake-ups polls more rarely).
         self.poll_stretch = 1.0
-        # Jobs claimed ahead and held per queue, and how many a queue claims
-        # ahead now (the fetcher sets both from its Hold).
-        self.held: Counter[str] = Counter()
-        self.ahead: Callable[[str], int] = lambda queue: 0
-        # A slot of a queue freed: start a held job of it (the fetcher's Hold).
-        self.on_free: Callable[[str], None] = lambda queue: None
 
     @property
     def queues(self) -> list[str]:
@@ -50,26 +43,19 @@ class Demand:
     def free(self, queue: str) -> int:
         return self._concurrency[queue] - self._running[queue]
 
-    def room(self, queue: str) -> int:
-        """What a claim of ``queue`` asks for now: its free slots, plus, while
-        it is backlogged, what it claims ahead less what it holds."""
-        if queue not in self._backlogged:
-            return self.free(queue) - self.held[queue]
-        return self.free(queue) + self.ahead(queue) - self.held[queue]
-
     def running(self, queue: str) -> int:
         return self._running[queue]
 
     def ready(self) -> bool:
-        """Whether a wanted queue has room (a claim is due now)."""
-        return any(self.room(queue) > 0 for queue in self._wanted)
+        """Whether a wanted queue has a free slot (a claim is due now)."""
+        return any(self.free(queue) > 0 for queue in self._wanted)
 
     def want(self, queue: str) -> None:
         """A NOTIFY named ``queue``: claim it when it has a free slot (now, if it has)."""
         if queue not in self._concurrency:
             return
         self._wanted.add(queue)
-        if self.room(queue) > 0:
+        if self.free(queue) > 0:
             self.changed.set()
 
     def want_all(self) -> None:
@@ -78,10 +64,10 @@ class Demand:
             self.want(queue)
 
     def take(self) -> dict[str, int]:
-        """The room of every wanted queue that has some; those queues are
+        """The free slots of every wanted queue that has some; those queues are
         no longer wanted until something says so again."""
-        asked = {queue: self.room(queue) for queue in self._concurrency
-                 if queue in self._wanted and self.room(queue) > 0}
+        asked = {queue: self.free(queue) for queue in self._concurrency
+                 if queue in self._wanted and self.free(queue) > 0}
         self._wanted.difference_update(asked)
         return asked
 
@@ -91,7 +77,7 @@ class Demand:
         for queue, slots in asked.items():
             if rows_per_queue.get(queue, 0) >= slots:
                 self._backlogged.add(queue)
-                if self.room(queue) > 0:  # expired rows took slots but run nothing
+                if self.free(queue) > 0:  # expired rows took slots but run nothing
                     self.want(queue)
             else:
                 self._backlogged.discard(queue)
@@ -102,8 +88,6 @@ class Demand:
     def finished(self, queue: str) -> None:
         """A slot of ``queue`` freed: claim it again at once if it is backlogged."""
         self._running[queue] -= 1
-        if self.held[queue]:
-            self.on_free(queue)
         if queue in self._backlogged:
             self._wanted.add(queue)
             self.changed.set()

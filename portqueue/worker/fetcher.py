@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -23,11 +22,10 @@ from portqueue.queries import Query
 from portqueue.settings import Settings
 from portqueue.worker.connections import Connections
 from portqueue.worker.demand import Demand
-from portqueue.worker.hold import Hold
 from portqueue.worker.limits import Limits
 from portqueue.worker.patterns import UNJUDGED, PatternVerdicts
 from portqueue.worker.registry import QueueSpec
-from portqueue.worker.state import Claimed, Running
+from portqueue.worker.state import Claimed
 from portqueue.worker.stopping import Stopping
 
 log = logging.getLogger("portqueue.worker")
@@ -39,7 +37,8 @@ class Fetcher:
     def __init__(self, settings: Settings, connections: Connections,
                  queues: Mapping[str, QueueSpec], demand: Demand, stopping: Stopping,
                  room: asyncio.Event, poll_interval: float, worker_id: str,
-                 prepare: Callable[[Claimed, bool, bool], Running], hold: Hold,
+                 start: Callable[[Claimed, bool], None],
+                 started: Callable[[list[str]], None],
                  unwritten: Callable[[], set[str]] = set) -> None:
         self._settings = settings
         self._connections = connections
@@ -49,12 +48,8 @@ class Fetcher:
         self._room = room
         self._poll_interval = poll_interval
         self._worker_id = worker_id
-        self._prepare = prepare
-        # Claims ahead (hold.py): what a backlogged queue claims past its free
-        # slots waits there, and starts as its slots free.
-        self.hold = hold
-        demand.ahead = self._ahead
-        demand.on_free = lambda queue: hold.fill([queue])
+        self._start = start
+        self._started = started
         # The queues with an outcome waiting in the completer that frees a
         # slot: the completer claims a limited one in that outcome's
         # transaction (refill_claims), so the loop leaves it alone.
@@ -156,18 +151,14 @@ class Fetcher:
                         claimed[name] = min(claimed[name], asked[name] - 1)
             demand.claimed(asked, claimed)
 
-    def _ahead(self, queue: str) -> int:
-        # A limited queue's claim counts every row it claims as running.
-        return 0 if self._limits.limited(queue) else self.hold.ahead(queue)
-
     def _still_to_claim(self, asked: Mapping[str, int]) -> dict[str, int]:
         """``asked`` without what the completer claims: slots it refilled while
         this waited for the lock, and limited queues whose slots an outcome
         still to be written frees (their rows still count in the database: a
         claim now would find them taken, and the outcome's write claims them)."""
         unwritten = self._unwritten() if self._limits.queues else set()
-        return {name: min(n, self._demand.room(name)) for name, n in asked.items()
-                if self._demand.room(name) > 0
+        return {name: min(n, self._demand.free(name)) for name, n in asked.items()
+                if self._demand.free(name) > 0
                 and not (name in unwritten and self._limits.refillable(name))}
 
     def freed(self, queues: Iterable[str]) -> None:
@@ -205,25 +196,19 @@ class Fetcher:
         async with self.claiming:
             return await self._claim(asked)
 
-    def _transactions(self, asked: Mapping[str, int],
-                      holding: set[str] | frozenset[str] = frozenset()) -> list[list[Query]]:
+    def _transactions(self, asked: Mapping[str, int]) -> list[list[Query]]:
         return ops.claims(
             self._settings.queries, slots=asked,
             lease_seconds={name: self._queues[name].lease_seconds for name in asked},
-            limited=self._limits.queues, worker_id=self._worker_id, holding=holding,
+            limited=self._limits.queues, worker_id=self._worker_id,
             **self._patterns.claim_params())
 
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
-        """Claim up to ``asked`` slots per queue and start what was claimed
-        (or hold it: hold.py); returns every row (expired ones included: they
-        used a slot)."""
+        """Claim up to ``asked`` slots per queue and start what was claimed;
+        returns every row (expired ones included: they used a slot)."""
         rows: list[Claimed] = []
-        # The queues that claim ahead: their rows' started_at is written when
-        # each starts, not by the claim.
-        holding = {name for name in asked if asked[name] > self._demand.free(name)}
-        began = time.monotonic()
         async with self._connections.claims.use() as conn:
-            transactions = self._transactions(asked, holding)
+            transactions = self._transactions(asked)
             while transactions:
                 turned: list[str] = []
                 for transaction in transactions:
@@ -240,14 +225,12 @@ class Fetcher:
                 # the limited way now, not at their next wake-up.
                 transactions = self._transactions({name: asked[name] for name in turned})
             await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
-        self.hold.claim_took(time.monotonic() - began)
-        self._start_rows(rows, holding)
+        self._start_rows(rows)
         return rows
 
-    def _start_rows(self, rows: list[Claimed],
-                    holding: set[str] | frozenset[str] = frozenset()) -> None:
+    def _start_rows(self, rows: list[Claimed]) -> None:
         traced = hooks.tracing_on()
-        jobs = []
+        started = []
         for claimed in rows:
             if claimed.status == UNJUDGED:
                 continue  # its slot went to a pattern just judged
@@ -255,6 +238,8 @@ class Fetcher:
                 log.info("job %s on %r expired before it could start", claimed.id,
                          claimed.queue)
                 continue
-            jobs.append(self._prepare(claimed, traced, claimed.queue in holding))
-        # Started as far as slots are free, the rest held (in claim order).
-        self.hold.add(jobs)
+            self._start(claimed, traced)
+            started.append(claimed.id)
+        if started:
+            # One event (and one snapshot read) per claim, not per job.
+            self._started(started)

@@ -4,11 +4,9 @@ own row. Both run on the claim session, between claims (``session``): short
 statements, never behind a completion batch or a maintenance pass, and no
 connection of their own (the budget in connections.py).
 
-Leases held are those of running jobs, of jobs claimed ahead and held
-(hold.py), and of finished jobs whose outcome the completer has not written
-yet (``leases()``), so a job whose outcome is stuck is not rescued and run
-again meanwhile. The touch also stamps ``started_at`` of held jobs that have
-started since.
+Leases held are those of running jobs and of finished jobs whose outcome
+the completer has not written yet (``leases()``), so a job whose outcome is
+stuck is not rescued and run again meanwhile.
 """
 
 from __future__ import annotations
@@ -80,10 +78,8 @@ class Heartbeat:
     async def _touch(self, conn: psycopg.AsyncConnection[Any]) -> None:
         touched = self._leases()
         reports = {r.claimed.id: r.report.take() for r in touched}
-        stamps = {r.claimed.id: r.started_ago() for r in touched}
         touch = ops.touch_jobs(self.q, [
-            ops.Touch(r.lease, r.spec.lease_seconds, *reports[r.claimed.id],
-                      started_ago=stamps[r.claimed.id]) for r in touched])
+            ops.Touch(r.lease, r.spec.lease_seconds, *reports[r.claimed.id]) for r in touched])
 
         async def write() -> list[dict[str, Any]]:
             # An idle worker only refreshes its own row: one statement, not two.
@@ -101,8 +97,6 @@ class Heartbeat:
         for running in touched:
             running.report.confirm()
             job_id = running.claimed.id
-            if stamps[job_id] is not None:
-                running.unstamped = False
             if job_id not in alive:
                 if not running.settled:
                     # Fenced out: another worker may own this job now.

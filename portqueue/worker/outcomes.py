@@ -30,9 +30,7 @@ class Completion:
     def as_json(self) -> str:
         claimed = self.running.claimed
         return ops.completion_entry(claimed.id, claimed.lease_token, status=self.status,
-                                    output_json=self.output_json,
-                                    started_ago=self.running.started_ago(),
-                                    **_last_report(self.running))
+                                    output_json=self.output_json, **_last_report(self.running))
 
 
 @dataclass(frozen=True)
@@ -47,8 +45,7 @@ class Failure:
         claimed = self.running.claimed
         return ops.failure_entry(claimed.id, claimed.lease_token, status=self.status,
                                  retry=self.retry, delay_seconds=self.delay_seconds,
-                                 error=self.error, started_ago=self.running.started_ago(),
-                                 **_last_report(self.running))
+                                 error=self.error, **_last_report(self.running))
 
 
 def _last_report(running: Running) -> dict[str, Any]:

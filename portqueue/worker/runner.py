@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -53,10 +52,7 @@ def _runner_task(coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
 class Runners:
     def __init__(self, settings: Settings, queues: Mapping[str, QueueSpec], jobs: RunningJobs,
                  demand: Demand, handlers: HandlerConnections,
-                 on_outcome: Callable[[Outcome], None], touch_soon: Callable[[], None],
-                 ran: Callable[[str, float], None] = lambda queue, seconds: None) -> None:
-        # Told each handler's time, start to outcome (hold.py's mean).
-        self._ran = ran
+                 on_outcome: Callable[[Outcome], None], touch_soon: Callable[[], None]) -> None:
         self._settings = settings
         self._queues = queues
         self._jobs = jobs
@@ -72,20 +68,12 @@ class Runners:
         # Async handler calls still running, including ones past their timeout.
         self._async_calls: set[asyncio.Future[Any]] = set()
 
-    def prepare(self, claimed: Claimed, traced: bool, unstamped: bool) -> Running:
-        """A claimed job's bookkeeping, before it starts (it may be held first:
-        hold.py). ``unstamped``: its claim left ``started_at`` NULL."""
+    def start(self, claimed: Claimed, traced: bool) -> None:
         spec = self._queues[claimed.queue]
         state = SignalState()
         if claimed.cancel_requested:
             state.set("cancelled")
-        return Running(claimed, spec, state, JobReport(self._touch_soon), traced,
-                       unstamped=unstamped)
-
-    def start(self, running: Running) -> None:
-        claimed = running.claimed
-        spec = running.spec
-        running.started = time.monotonic()
+        running = Running(claimed, spec, state, JobReport(self._touch_soon), traced)
         self._jobs.add(running)
         self._demand.started(claimed.queue)
         task = _runner_task(self._run(running))
@@ -123,7 +111,6 @@ class Runners:
         try:
             outcome = await self._call_with_timeout(running)
         finally:
-            self._ran(running.claimed.queue, time.monotonic() - running.started)
             self._jobs.remove(running)
             self._demand.finished(running.claimed.queue)
         if outcome is not None and not running.settled:

@@ -42,7 +42,6 @@ from portqueue.worker.events import EventDispatch
 from portqueue.worker.fetcher import Fetcher
 from portqueue.worker.handlers import HandlerConnections
 from portqueue.worker.heartbeat import Heartbeat
-from portqueue.worker.hold import HOLD_PER_SLOT, Hold
 from portqueue.worker.listener import LISTEN_HEALTH_SECONDS, Listener
 from portqueue.worker.refill import Refill
 from portqueue.worker.registry import DEFAULT_LEASE_SECONDS, QueueSpec, Registry
@@ -72,10 +71,8 @@ class Worker:
         listen_check_seconds: float = LISTEN_HEALTH_SECONDS,
         for_drain: bool = False,
         connections: int = DEFAULT_CONNECTIONS,
-        claim_ahead: bool = False,
     ) -> None:
         self.settings = settings
-        self.claim_ahead = claim_ahead
         # drain() claims through the fetcher itself, round by round: no claim
         # loop, and no listener (nothing to wake; cancels reach running jobs
         # through the heartbeat's touch).
@@ -123,11 +120,8 @@ class Worker:
         self.release = Release(self.connections, self.q, self.jobs, self.id)
         self.events = EventDispatch(self.registry, self.connections, self.q, self.id)
         total = sum(spec.concurrency for spec in self.queues.values())
-        # Claiming ahead, the backlog cap counts what a claim may hold too: one
-        # claim's outcomes must not fill it, or claims wait for every write.
-        per_slot = BACKLOG_PER_SLOT + (HOLD_PER_SLOT if self.claim_ahead else 0)
         self.completer = Completer(self.connections, self.q, self.events, self.id,
-                                   backlog_cap=max(per_slot * total, 1),
+                                   backlog_cap=max(BACKLOG_PER_SLOT * total, 1),
                                    freed=lambda queues: self.fetcher.freed(queues),
                                    running=lambda: len(self.jobs))
         self.handlers = HandlerConnections(self.settings, self.id)
@@ -136,20 +130,13 @@ class Worker:
             self._heartbeat_interval(), self.id,
             # A worker consuming no queue has no claim session to share.
             session=self.connections.claims.use if self.queues else self.connections.pooled,
-            leases=lambda: [*self.jobs.unsettled(), *self.hold.unsettled(),
-                            *self.completer.pending()])
+            leases=lambda: [*self.jobs.unsettled(), *self.completer.pending()])
         self.runners = Runners(self.settings, self.queues, self.jobs, self.demand,
-                               self.handlers, self.completer.add, self.heartbeat.soon,
-                               ran=lambda queue, seconds: self.hold.ran(queue, seconds))
-        # One event (and one snapshot read) per batch of starts, not per job.
-        self.hold = Hold(self.demand,
-                         {name: spec.concurrency for name, spec in self.queues.items()},
-                         self.runners.start,
-                         lambda ids: self.events.emit_later("job_started", ids),
-                         enabled=self.claim_ahead)
+                               self.handlers, self.completer.add, self.heartbeat.soon)
         self.fetcher = Fetcher(self.settings, self.connections, self.queues, self.demand,
                                self.stopping, self.completer.room, self.poll_interval, self.id,
-                               self.runners.prepare, self.hold,
+                               self.runners.start,
+                               lambda ids: self.events.emit_later("job_started", ids),
                                unwritten=self.completer.unwritten)
         self.completer.refill = Refill(self.connections, self.fetcher, self.id)
         listens = not (self.settings.poll_only or self.for_drain)
@@ -257,9 +244,6 @@ class Worker:
         # A claim in flight commits and starts its jobs' runners before the
         # drain looks at what runs (see Fetcher.claiming).
         await budget.within(self._claim_settled(), "the claim in flight")
-        # Jobs claimed ahead and not started go back to pending now, their
-        # attempt not spent: they would only wait out the drain.
-        await budget.within(self.release.release_held(self.hold.clear()), "releasing held jobs")
         await self.release.drain(self._abort, budget.grace_left())
         # What still runs now is released (settled here, before any await).
         self.release.settle()

@@ -107,15 +107,6 @@ class Release:
             running.state.set("shutdown")
             self._released.append(running)
 
-    async def release_held(self, held: list[Running]) -> None:
-        """Jobs claimed ahead and never started (hold.py, already settled):
-        back to pending, their attempt given back."""
-        if held:
-            rows = await self._connections.execute(
-                ops.release_jobs(self.q, [r.lease for r in held]))
-            log.info("worker %s released %d held job(s) to pending", self._worker_id,
-                     len(rows[-1]))
-
     async def release(self) -> None:
         released, self._released = self._released, []
         if released:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -74,18 +73,6 @@ class Running:
     # released, lease lost): any later outcome of the handler is dropped.
     settled: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
-    # time.monotonic() when its handler started (0: not started, held).
-    started: float = 0.0
-    # Its claim left started_at NULL (hold.py): the first write for this
-    # attempt once it started (heartbeat or outcome) stamps it.
-    unstamped: bool = False
-
-    def started_ago(self) -> float | None:
-        """Seconds since it started, for a write that stamps started_at; None
-        when there is nothing to stamp (stamped at claim, or not started)."""
-        if not self.unstamped or not self.started:
-            return None
-        return max(time.monotonic() - self.started, 0.0)
 
     @property
     def lease(self) -> Lease:

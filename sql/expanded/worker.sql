@@ -161,15 +161,13 @@ claimed AS (
     UPDATE "portqueue".job AS j
     SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::"portqueue".job_status,
         attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at WHEN c.held THEN NULL
-                          ELSE statement_timestamp() END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
         finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
         lease_token = coalesce(j.lease_token, 0) + 1,
         lease_expires_at = CASE WHEN c.expired THEN NULL
                                 ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
         worker_id = %(worker_id)s
-    FROM (SELECT c.*, c.queue = ANY (%(holding)s::text[]) AS held
-          FROM candidates AS c) AS c
+    FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
       AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
@@ -184,14 +182,9 @@ claimed AS (
                                   THEN p.flow_key ELSE p.id::text END,
                              p.output)::text
                   FROM "portqueue".job AS p WHERE p.id = ANY(j.depends_on)) END
-                  AS parent_outputs_json, j.priority, j.start_after, j.seq
+                  AS parent_outputs_json
 )
-(SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_id,
-        c.lease_token, c.timeout_seconds, c.retry_delay_seconds, c.backoff_strategy,
-        c.backoff_factor, c.backoff_max_delay_seconds, c.backoff_jitter, c.cancel_requested,
-        c.traceparent, c.parent_outputs_json
- FROM claimed AS c
- ORDER BY c.priority DESC, c.start_after, c.seq)
+SELECT * FROM claimed
 UNION ALL
 (SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
         NULL, NULL, NULL, NULL, NULL, NULL
@@ -216,15 +209,13 @@ WITH d AS MATERIALIZED (
     SELECT *
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
                                                     output jsonb, progress double precision,
-                                                    attrs jsonb,
-                                                    started_ago double precision)
+                                                    attrs jsonb)
 ),
 completed AS (
     UPDATE "portqueue".job AS j
     SET status = d.status::"portqueue".job_status,
         output = d.output,
         finished_at = now(),
-        started_at = coalesce(j.started_at, now() - make_interval(secs => d.started_ago)),
         lease_expires_at = NULL,
         progress = coalesce(d.progress, j.progress),
         attrs = CASE WHEN d.attrs IS NULL THEN j.attrs ELSE j.attrs || d.attrs END,
@@ -257,12 +248,11 @@ WITH failure AS (
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS f (id uuid, lease_token bigint, retry boolean,
                                                    delay_seconds double precision, error jsonb,
                                                    status text, progress double precision,
-                                                   attrs jsonb, started_ago double precision)
+                                                   attrs jsonb)
 ),
 updated AS (
     UPDATE "portqueue".job AS j
     SET status = (CASE WHEN f.retry THEN 'pending' ELSE f.status END)::"portqueue".job_status,
-        started_at = coalesce(j.started_at, now() - make_interval(secs => f.started_ago)),
         start_after = CASE WHEN f.retry THEN now() + make_interval(secs => f.delay_seconds)
                            ELSE j.start_after END,
         finished_at = CASE WHEN f.retry THEN NULL ELSE now() END,
@@ -310,12 +300,10 @@ WITH h AS MATERIALIZED (
     SELECT *
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS h (id uuid, lease_token bigint,
                                                    lease_seconds integer,
-                                                   progress double precision, attrs jsonb,
-                                                   started_ago double precision)
+                                                   progress double precision, attrs jsonb)
 )
 UPDATE "portqueue".job AS j
 SET lease_expires_at = now() + make_interval(secs => h.lease_seconds),
-    started_at = coalesce(j.started_at, now() - make_interval(secs => h.started_ago)),
     progress = coalesce(h.progress, j.progress),
     attrs = CASE WHEN h.attrs IS NULL THEN j.attrs ELSE j.attrs || h.attrs END
 FROM h
@@ -523,15 +511,14 @@ claimed AS (
     UPDATE "portqueue".job AS j
     SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::"portqueue".job_status,
         attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
-        started_at = CASE WHEN c.expired THEN j.started_at WHEN c.held THEN NULL
-                          ELSE statement_timestamp() END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
         finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
         lease_token = coalesce(j.lease_token, 0) + 1,
         lease_expires_at = CASE WHEN c.expired THEN NULL
                                 ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
         worker_id = %(worker_id)s,
         limited = true
-    FROM (SELECT c.*, false AS held FROM candidates AS c) AS c
+    FROM candidates AS c
     WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
       AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,

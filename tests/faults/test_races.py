@@ -118,7 +118,7 @@ def test_a_thousand_claims_racing_for_one_job_have_one_winner(
     assert job_id is not None
     connections = free_connections(db, CALLERS)
     claim = pq._settings.queries(
-        "claim", holding=[], queues=["race"], slots=[1], lease_seconds=[60], matching_patterns=[],
+        "claim", queues=["race"], slots=[1], lease_seconds=[60], matching_patterns=[],
         refused_patterns=[], worker_id="00000000-0000-0000-0000-000000000001")
 
     async def race() -> list[list[dict[str, Any]]]:

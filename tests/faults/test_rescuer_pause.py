@@ -112,7 +112,7 @@ def complete_in_job_transaction(pq: PortQueue, dsn: str, job_id: str) -> int:
 
 def claim(pq: PortQueue, db: psycopg.Connection[Any]) -> list[dict[str, Any]]:
     return execute_sync(db, pq._settings.queries(
-        "claim", holding=[], queues=["rescue"], slots=[1], lease_seconds=[60], matching_patterns=[],
+        "claim", queues=["rescue"], slots=[1], lease_seconds=[60], matching_patterns=[],
         refused_patterns=[], worker_id=str(uuid.uuid4())))
 
 

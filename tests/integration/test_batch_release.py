@@ -30,7 +30,7 @@ PARENTS = 10
 def claim(db: Db, schema: str, queue: str, count: int) -> list[dict[str, Any]]:
     query = queries_for(schema)(
         "claim", queues=[queue], slots=[count], lease_seconds=[60], matching_patterns=[],
-        refused_patterns=[], holding=[], worker_id=str(uuid.uuid4()))
+        refused_patterns=[], worker_id=str(uuid.uuid4()))
     with db.cursor(row_factory=dict_row) as cursor:
         return cursor.execute(query.sql, dict(query.params)).fetchall()
 

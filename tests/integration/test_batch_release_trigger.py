@@ -51,8 +51,8 @@ def test_claiming_a_job_with_dependents_runs_no_row_trigger(
     (parent,) = pq.add_jobs(queue="parents", jobs=[{"data": 0}])
     pq.add_job(queue="children", data=1, depends_on=[parent.job_id])  # type: ignore[list-item]
     query = queries_for(schema)(
-        "claim", holding=[], queues=["parents"], slots=[1], lease_seconds=[60],
-        matching_patterns=[], refused_patterns=[], worker_id=str(uuid.uuid4()))
+        "claim", queues=["parents"], slots=[1], lease_seconds=[60], matching_patterns=[],
+        refused_patterns=[], worker_id=str(uuid.uuid4()))
     assert trigger_calls(db, schema, query.sql, dict(query.params)) == 0
     assert status(db, schema, str(parent.job_id)) == "active"
 

@@ -47,7 +47,7 @@ def load(db: Db, schema: str) -> None:
 
 def claim(db: Db, schema: str, *, matching: Sequence[str], refused: Sequence[str]) -> Any:
     query = queries_for(schema)(
-        "claim", holding=[], queues=[QUEUE], slots=[SLOTS], lease_seconds=[60],
+        "claim", queues=[QUEUE], slots=[SLOTS], lease_seconds=[60],
         worker_id=str(uuid.uuid4()), matching_patterns=list(matching),
         refused_patterns=list(refused))
     (result,) = explain(db, query, fmt="JSON")
@@ -57,7 +57,7 @@ def claim(db: Db, schema: str, *, matching: Sequence[str], refused: Sequence[str
 def claimed_statuses(db: Db, schema: str, *, matching: Sequence[str],
                      refused: Sequence[str]) -> list[tuple[str, str | None]]:
     query = queries_for(schema)(
-        "claim", holding=[], queues=[QUEUE], slots=[SLOTS], lease_seconds=[60],
+        "claim", queues=[QUEUE], slots=[SLOTS], lease_seconds=[60],
         worker_id=str(uuid.uuid4()), matching_patterns=list(matching),
         refused_patterns=list(refused))
     with db.transaction(force_rollback=True):

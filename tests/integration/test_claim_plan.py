@@ -37,7 +37,7 @@ MAX_BUFFERS = 300
 def claim_query(schema: str) -> Query:
     """The claim a worker with 10 free slots on queue ``plan`` sends."""
     return queries_for(schema)(
-        "claim", holding=[], queues=["plan"], slots=[CLAIMED], lease_seconds=[60],
+        "claim", queues=["plan"], slots=[CLAIMED], lease_seconds=[60],
         worker_id=str(uuid.uuid4()), matching_patterns=[], refused_patterns=[])
 
 

@@ -44,7 +44,7 @@ MAX_BUFFERS_PER_JOB = 40
 def claim_all(db: Db, schema: str, count: int) -> list[dict[str, Any]]:
     query = queries_for(schema)(
         "claim", queues=["hot"], slots=[count], lease_seconds=[60], matching_patterns=[],
-        refused_patterns=[], holding=[], worker_id=str(uuid.uuid4()))
+        refused_patterns=[], worker_id=str(uuid.uuid4()))
     with db.cursor(row_factory=dict_row) as cursor:
         return cursor.execute(query.sql, dict(query.params)).fetchall()
 
@@ -114,7 +114,7 @@ async def test_the_claim_returns_claimeds_fields_in_order(pg_dsn: str, schema: s
     is refused at once rather than read into the wrong fields."""
     claim = queries_for(schema)(
         "claim", queues=["hot"], slots=[1], lease_seconds=[60], matching_patterns=[],
-        refused_patterns=[], holding=[], worker_id=str(uuid.uuid4()))
+        refused_patterns=[], worker_id=str(uuid.uuid4()))
     async with await psycopg.AsyncConnection.connect(pg_dsn, autocommit=True) as conn:
         assert await fetch_async(conn, claim, Claimed.rows) == []  # the columns checked
         swapped = Query("claim", "SELECT 'q' AS queue, 'id' AS id", {})

@@ -126,7 +126,7 @@ def test_a_worker_without_a_key_claims_no_patterned_job(
 def claim(db: Db, schema: str, *, matching: Sequence[str], refused: Sequence[str],
           slots: int = 10) -> list[dict[str, Any]]:
     query = queries_for(schema)(
-        "claim", holding=[], queues=["render"], slots=[slots], lease_seconds=[60],
+        "claim", queues=["render"], slots=[slots], lease_seconds=[60],
         worker_id=str(uuid.uuid4()), matching_patterns=list(matching),
         refused_patterns=list(refused))
     with db.cursor(row_factory=psycopg.rows.dict_row) as cursor:
