@@ -158,7 +158,7 @@ def test_a_migrator_killed_in_a_step_outside_a_transaction_leaves_what_the_next_
     db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(stepped)))
     migrate(pg_dsn, schema=stepped)
     scripts = stepped_scripts(tmp_path)
-    database = psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"]
+    database = str(psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"])
     command = [sys.executable, "-m", "tests.migrations.stepped", pg_dsn, str(scripts), stepped]
     index = sql.Identifier(stepped, INDEX)
     try:
