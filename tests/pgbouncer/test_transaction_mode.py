@@ -16,7 +16,7 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.maintenance import run_pass
-from portqueue.migrate import head_revision, migrate
+from portqueue.migrate import _lock_key, head_revision, migrate
 from tests.migrations.catalog import alembic_versions
 from tests.migrations.stepped import migrate_stepped, stepped_scripts
 from tests.pgbouncer import mode
@@ -96,8 +96,12 @@ def test_the_switch_routes_every_client_through_pgbouncer_with_poll_only(
         assert direct._settings.dsn == pg_dsn and direct._settings.poll_only is False
 
 
-def _advisory_locks_held(db: psycopg.Connection[Any]) -> list[tuple[Any, ...]]:
-    return db.execute("SELECT pid, objid FROM pg_locks WHERE locktype = 'advisory'").fetchall()
+def _advisory_locks_held(db: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    """Who holds ``schema``'s migration lock in this database."""
+    return db.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        [_lock_key(schema)]).fetchall()
 
 
 def test_migrate_works_through_it_on_the_transactions_lock(
@@ -111,7 +115,7 @@ def test_migrate_works_through_it_on_the_transactions_lock(
     try:
         migrate(warm_bouncer.route(pg_dsn), schema=schema)
         assert alembic_versions(db, schema) == [(head_revision(),)]
-        assert _advisory_locks_held(db) == []
+        assert _advisory_locks_held(db, schema) == []
     finally:
         db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 
@@ -128,6 +132,6 @@ def test_a_migration_with_steps_outside_a_transaction_is_refused_through_it(
         # Refused before anything of the run was committed.
         assert alembic_versions(db, schema) == [(head_revision(),)]
         assert db.execute("SELECT to_regclass(%s)", [f"{schema}.step_run"]).fetchone() == (None,)
-        assert _advisory_locks_held(db) == []
+        assert _advisory_locks_held(db, schema) == []
     finally:
         db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
