@@ -6,6 +6,13 @@ its columns and constraints, in a fixed order (types, tables, indexes,
 functions, triggers; by name within each), so a reader sees the current
 schema whole and a diff of the file is the diff of the schema.
 
+A partitioned table is written with its key, each partition after its parent
+as ``PARTITION OF`` it with its bound, each partition's index under its own
+name and attached to its parent's. What names a day (a day partition
+``<parent>_YYYYMMDD``, a bound at a UTC midnight) is written once per shape,
+in a loop over days counted from the day the file runs, so the file does not
+change from one day to the next (docs/retention.md, design point 8).
+
     PORTQUEUE_TEST_DSN=postgresql://postgres@127.0.0.1:5432/postgres \\
         python tools/dump_schema.py [--check]
 
