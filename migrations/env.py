@@ -42,17 +42,15 @@ def hold_session_lock(connection: Connection) -> bool:
     (docs/retention.md, design point 7). Between polls a waiter holds none.
     It is released when the session ends (run_on_database closes it)."""
     connection.execution_options(isolation_level="AUTOCOMMIT")
-    try:
-        # A pooler (PgBouncer) gives its clients a backend key of its own:
-        # the server session a lock would stay with is not this client's.
-        direct = connection.scalar(text("SELECT pg_backend_pid()")) == (
-            connection.connection.driver_connection.info.backend_pid)  # type: ignore[union-attr]
-        while direct and not connection.scalar(
-                text("SELECT pg_try_advisory_lock(:key)"), {"key": lock_key}):
-            time.sleep(POLL_SECONDS)
-        connection.commit()  # SQLAlchemy's autobegun one; none on the server
-    finally:
-        connection.execution_options(isolation_level=connection.default_isolation_level)
+    # A pooler (PgBouncer) gives its clients a backend key of its own: the
+    # server session a lock would stay with is not this client's.
+    direct = connection.scalar(text("SELECT pg_backend_pid()")) == (
+        connection.connection.driver_connection.info.backend_pid)
+    while direct and not connection.scalar(
+            text("SELECT pg_try_advisory_lock(:key)"), {"key": lock_key}):
+        time.sleep(POLL_SECONDS)
+    connection.commit()  # SQLAlchemy's autobegun one; none on the server
+    connection.execution_options(isolation_level=connection.default_isolation_level)
     return direct
 
 
