@@ -84,3 +84,42 @@ def migration_sql(*, schema: str = "portqueue", revision: str = "head") -> str:
     output = io.StringIO()
     command.upgrade(_config(schema, output), revision, sql=True)
     return output.getvalue()
+
+
+def outside_transaction(*statements: str, indexes: tuple[str, ...] = ()) -> None:
+    """For a migration's ``upgrade()``: run ``statements`` outside its transaction,
+    each on its own (``CREATE INDEX CONCURRENTLY``, ``DETACH PARTITION …
+    CONCURRENTLY``: PostgreSQL refuses them in a transaction block, and a
+    string of several statements is one).
+
+    What the run did before is committed first, and the migration's revision
+    is written only once all of it has run: a migrator stopped in between
+    leaves the schema at the revision before, with some of the new objects
+    made, and the next run runs the whole migration again. So each of its
+    statements, before and after this call, must be re-runnable (``IF NOT
+    EXISTS``, ``IF EXISTS``). ``indexes``, qualified names, are those the
+    statements build with ``CREATE INDEX CONCURRENTLY IF NOT EXISTS``: one an
+    interrupted build left invalid is dropped first and built again, which
+    ``IF NOT EXISTS`` alone would keep. ``migrate --sql`` prints the
+    statements between a ``COMMIT`` and a ``BEGIN``, and ``psql`` runs them so."""
+    from alembic import context, op
+    from alembic.util import CommandError
+    from sqlalchemy import text
+
+    offline = context.is_offline_mode()
+    if not offline and not context.config.attributes["session_lock"]:
+        # Before anything of this run is committed: the transaction's lock
+        # would end at the commit, and no session lock holds through a pooler.
+        raise CommandError(
+            "this migration runs steps outside a transaction, which need a lock held "
+            "by the session: run migrate connected to PostgreSQL directly, not through "
+            "a connection pooler such as PgBouncer")
+    with op.get_context().autocommit_block():
+        for index in () if offline else indexes:  # --sql: an empty database
+            invalid = op.get_bind().execute(text(
+                "SELECT FROM pg_index WHERE indexrelid = to_regclass(:index) AND NOT indisvalid"),
+                {"index": index}).first()
+            if invalid is not None:
+                op.execute(f"DROP INDEX CONCURRENTLY {index}")
+        for statement in statements:
+            op.execute(statement)

@@ -6,6 +6,13 @@ its columns and constraints, in a fixed order (types, tables, indexes,
 functions, triggers; by name within each), so a reader sees the current
 schema whole and a diff of the file is the diff of the schema.
 
+A partitioned table is written with its key, each partition after its parent
+as ``PARTITION OF`` it with its bound, each partition's index under its own
+name and attached to its parent's. What names a day (a day partition
+``<parent>_YYYYMMDD``, a bound at a UTC midnight) is written once per shape,
+in a loop over days counted from the day the file runs, so the file does not
+change from one day to the next (docs/retention.md, design point 8).
+
     PORTQUEUE_TEST_DSN=postgresql://postgres@127.0.0.1:5432/postgres \\
         python tools/dump_schema.py [--check]
 
@@ -21,8 +28,10 @@ disagree. The replayed migrations are still ``portqueue migrate --sql``.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import uuid
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,15 +67,36 @@ _TYPES = """
     WHERE n.nspname = %(schema)s
     GROUP BY t.typname ORDER BY t.typname"""
 
+# A partition comes right after its parent (the parent's partitions by
+# name), and is written as PARTITION OF it: its columns are the parent's.
 _TABLES = """
-    SELECT c.oid, quote_ident(c.relname), c.reloptions
-    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-    WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
-    ORDER BY c.relname"""
+    WITH RECURSIVE tree AS (
+        SELECT c.oid, ARRAY[c.relname::text] AS path
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p') AND NOT c.relispartition
+        UNION ALL
+        SELECT i.inhrelid, tree.path || c.relname::text
+        FROM tree JOIN pg_inherits i ON i.inhparent = tree.oid
+        JOIN pg_class c ON c.oid = i.inhrelid
+    )
+    SELECT c.oid, quote_ident(c.relname), c.reloptions,
+           (SELECT p.oid::regclass::text FROM pg_inherits i JOIN pg_class p
+            ON p.oid = i.inhparent WHERE i.inhrelid = c.oid AND c.relispartition),
+           pg_get_expr(c.relpartbound, c.oid), pg_get_partkeydef(c.oid)
+    FROM tree JOIN pg_class c ON c.oid = tree.oid
+    ORDER BY tree.path"""
 
 _COLUMNS = """
     SELECT quote_ident(a.attname), format_type(a.atttypid, a.atttypmod), a.attnotnull,
-           pg_get_expr(d.adbin, d.adrelid), a.attidentity::text, a.attgenerated::text
+           pg_get_expr(d.adbin, d.adrelid), a.attidentity::text, a.attgenerated::text,
+           -- An identity's sequence, where not the name CREATE TABLE gives it
+           -- (a table rebuilt with LIKE … INCLUDING IDENTITY beside the old).
+           (SELECT s.oid::regclass::text FROM pg_depend dep JOIN pg_class s ON s.oid = dep.objid
+            WHERE dep.refobjid = a.attrelid AND dep.refobjsubid = a.attnum
+              AND dep.classid = 'pg_class'::regclass AND s.relkind = 'S' AND dep.deptype = 'i'
+              AND s.relname::text <> format('%%s_%%s_seq', (SELECT t.relname FROM pg_class t
+                                                             WHERE t.oid = a.attrelid),
+                                            a.attname))
     FROM pg_attribute a
     LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
     WHERE a.attrelid = %(table)s AND a.attnum > 0 AND NOT a.attisdropped
@@ -78,6 +108,7 @@ _CONSTRAINTS = """
     SELECT quote_ident(con.conname), pg_get_constraintdef(con.oid)
     FROM pg_constraint con
     WHERE con.conrelid = %(table)s AND con.contype <> 'n'
+      AND con.conislocal AND con.conparentid = 0  -- not a partition's copy of its parent's
     ORDER BY array_position(ARRAY['p', 'u', 'x', 'f', 'c']::"char"[], con.contype),
              con.conname"""
 
@@ -92,6 +123,18 @@ _INDEXES = """
       AND NOT EXISTS (SELECT FROM pg_constraint con WHERE con.conindid = i.indexrelid)
     ORDER BY tc.relname, ic.relname"""
 
+# A partition's index attached to its parent's (a partitioned index is made
+# ON ONLY its table, each partition's index on its own, then attached). Not
+# those a constraint owns: PARTITION OF makes and attaches them.
+_ATTACHED = """
+    SELECT i.inhparent::regclass::text, i.inhrelid::regclass::text
+    FROM pg_inherits i
+    JOIN pg_class ic ON ic.oid = i.inhrelid
+    JOIN pg_namespace n ON n.oid = ic.relnamespace
+    WHERE n.nspname = %(schema)s AND ic.relkind IN ('i', 'I')
+      AND NOT EXISTS (SELECT FROM pg_constraint con WHERE con.conindid = i.inhrelid)
+    ORDER BY 2"""
+
 _FUNCTIONS = """
     SELECT pg_get_functiondef(p.oid)
     FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
@@ -104,12 +147,22 @@ _TRIGGERS = """
     JOIN pg_class c ON c.oid = t.tgrelid
     JOIN pg_namespace n ON n.oid = c.relnamespace
     WHERE n.nspname = %(schema)s AND NOT t.tgisinternal
+      AND t.tgparentid = 0  -- not a partition's clone of its parent's
     ORDER BY c.relname, t.tgname"""
 
 
-def schema_ddl(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> str:
-    """The DDL that builds ``schema`` as it is now, rows of alembic_version included."""
+def schema_ddl(
+    conn: psycopg.Connection[Any], schema: str = SCHEMA, today: date | None = None
+) -> str:
+    """The DDL that builds ``schema`` as it is now, rows of alembic_version included.
+
+    What names a day (``today``: the server's, in UTC) is written relative to
+    the day the DDL runs (``_by_day``)."""
     conn.execute("SET search_path = ''")
+    # Partition bounds print in the session's time zone: days start at UTC midnight.
+    conn.execute("SET TimeZone = 'UTC'")
+    if today is None:
+        (today,) = _one(conn.execute("SELECT (now() AT TIME ZONE 'UTC')::date").fetchone())
     params = {"schema": schema}
     # quote_ident quotes a name only where SQL needs it, as the catalog
     # functions print them.
@@ -122,23 +175,40 @@ def schema_ddl(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> str:
         out.append(f"CREATE TYPE {quoted}.{name} AS ENUM (\n    {values}\n);\n")
 
     out.append("-- Tables\n")
-    for oid, name, reloptions in conn.execute(_TABLES, params).fetchall():
-        lines = [_column(row) for row in conn.execute(_COLUMNS, {"table": oid}).fetchall()]
-        lines += [f"CONSTRAINT {con} {definition}"
-                  for con, definition in conn.execute(_CONSTRAINTS, {"table": oid}).fetchall()]
-        body = ",\n    ".join(lines)
+    tables = []
+    days: set[str] = set()  # the day partitions, <parent>_YYYYMMDD
+    for oid, name, reloptions, parent, bound, key in conn.execute(_TABLES, params).fetchall():
+        constraints = [f"CONSTRAINT {con} {definition}" for con, definition
+                       in conn.execute(_CONSTRAINTS, {"table": oid}).fetchall()]
         options = f" WITH ({', '.join(reloptions)})" if reloptions else ""
-        out.append(f"CREATE TABLE {quoted}.{name} (\n    {body}\n){options};\n")
+        partitioned = f" PARTITION BY {key}" if key else ""
+        if parent is None:
+            lines = [_column(row) for row in conn.execute(_COLUMNS, {"table": oid}).fetchall()]
+            body = ",\n    ".join(lines + constraints)
+            tables.append(f"CREATE TABLE {quoted}.{name} (\n    {body}\n)"
+                          f"{partitioned}{options};\n")
+        else:
+            body = "".join(f" (\n    {c}\n)" for c in [",\n    ".join(constraints)] if c)
+            tables.append(f"CREATE TABLE {quoted}.{name} PARTITION OF {parent}{body}"
+                          f" {bound}{partitioned}{options};\n")
+        if parent is not None and re.fullmatch(
+                rf"{re.escape(parent.rsplit('.', 1)[-1])}_\d{{8}}", name):
+            days.add(name)
+    out.extend(_by_day(tables, today, days))
 
     out.append("-- Indexes\n")
-    out.append("".join(f"{row[0]};\n" for row in conn.execute(_INDEXES, params).fetchall()))
+    indexes = [f"{row[0]};\n" for row in conn.execute(_INDEXES, params).fetchall()]
+    indexes += [f"ALTER INDEX {parent} ATTACH PARTITION {child};\n"
+                for parent, child in conn.execute(_ATTACHED, params).fetchall()]
+    out.append("".join(_by_day(indexes, today, days)))
 
     out.append("-- Functions\n")
     for (definition,) in conn.execute(_FUNCTIONS, params).fetchall():
         out.append(f"{definition.rstrip()};\n")
 
     out.append("-- Triggers\n")
-    out.append("".join(f"{row[0]};\n" for row in conn.execute(_TRIGGERS, params).fetchall()))
+    out.append("".join(_by_day([f"{row[0]};\n" for row in conn.execute(_TRIGGERS, params)
+                                .fetchall()], today, days)))
 
     out.append("-- The revision migrate() reads to know the schema is current.\n")
     version_table = sql.Identifier(schema, "alembic_version")
@@ -151,6 +221,75 @@ def schema_ddl(conn: psycopg.Connection[Any], schema: str = SCHEMA) -> str:
     return "\n".join(out)
 
 
+_DAY_NAME = re.compile(r"(?<!\w)[a-z][a-z0-9_]*_(\d{8})(?!\d)")
+_DAY_BOUND = re.compile(r"'(\d{4}-\d{2}-\d{2}) 00:00:00\+00'")
+
+_DAYS_LOOP = """DO $days$
+DECLARE
+    today date := (now() AT TIME ZONE 'UTC')::date;
+    k integer;
+    day date;
+BEGIN
+    -- Days counted from the day this runs (UTC).
+    FOREACH k IN ARRAY ARRAY[{days}] LOOP
+        day := today + k;
+        {executes}
+    END LOOP;
+END
+$days$;
+"""
+
+
+def _by_day(statements: list[str], today: date, days: set[str]) -> list[str]:
+    """``statements``, those that name days once for each shape, as a loop.
+
+    A day partition's name (``<parent>_YYYYMMDD``, and its indexes') and a
+    bound at a UTC midnight change with the day the migration ran: written
+    as they are, sql/schema.sql would change every day. So each is counted
+    from ``today``, the statements that differ only in their day become one
+    template, and a loop at the end runs it for those days, counted from the
+    day the file runs (where migrate would have made them)."""
+    plain: list[str] = []
+    shapes: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for statement in statements:
+        text = statement.removesuffix(";\n")
+        found = sorted(
+            [(m.start(), m.end() - 8, m.end(), "name", _day(m.group(1), "%Y%m%d"))
+             for m in _DAY_NAME.finditer(text) if m.group(0) in days]
+            + [(m.start(), m.start(), m.end(), "bound", _day(m.group(1), "%Y-%m-%d"))
+               for m in _DAY_BOUND.finditer(text)])
+        if not found:
+            plain.append(statement)
+            continue
+        first = min(day for *_, day in found)
+        template, args, at = "", [], 0
+        for start, cut, end, kind, day in found:
+            shift = (day - first).days
+            k = f"day + {shift}" if shift else "day"
+            if kind == "name":
+                template += text[at:cut].replace("%", "%%") + "%s"
+                args.append(f"to_char({k}, 'YYYYMMDD')")
+            else:
+                template += text[at:start].replace("%", "%%") + "%L"
+                args.append(f"{k}::timestamp AT TIME ZONE 'UTC'" if not shift
+                            else f"({k})::timestamp AT TIME ZONE 'UTC'")
+            at = end
+        template += text[at:].replace("%", "%%")
+        literal = template.replace("'", "''")
+        shapes.setdefault((literal, tuple(args)), []).append((first - today).days)
+    loops: dict[tuple[int, ...], list[str]] = {}
+    for (literal, values), offsets in shapes.items():
+        loops.setdefault(tuple(offsets), []).append(
+            f"EXECUTE format('{literal}',\n            {', '.join(values)});")
+    return plain + [_DAYS_LOOP.format(days=", ".join(map(str, offsets)),
+                                      executes="\n        ".join(executes))
+                    for offsets, executes in loops.items()]
+
+
+def _day(text: str, fmt: str) -> date:
+    return datetime.strptime(text, fmt).replace(tzinfo=None).date()
+
+
 def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
     if row is None:
         raise RuntimeError("the catalog query returned no row")
@@ -158,7 +297,7 @@ def _one(row: tuple[Any, ...] | None) -> tuple[Any, ...]:
 
 
 def _column(row: tuple[Any, ...]) -> str:
-    name, type_, not_null, default, identity, generated = row
+    name, type_, not_null, default, identity, generated, sequence = row
     parts = [name, type_]
     if generated == "s":
         parts.append(f"GENERATED ALWAYS AS ({default}) STORED")
@@ -167,6 +306,8 @@ def _column(row: tuple[Any, ...]) -> str:
     if identity:
         parts.append("GENERATED ALWAYS AS IDENTITY" if identity == "a"
                      else "GENERATED BY DEFAULT AS IDENTITY")
+        if sequence is not None:
+            parts.append(f"(SEQUENCE NAME {sequence})")
     if not_null:
         parts.append("NOT NULL")
     return " ".join(parts)

@@ -18,7 +18,9 @@ all the same, and each more was a CLI start-up (Alembic's import) on a
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -31,8 +33,10 @@ from psycopg import sql
 from portqueue import PortQueue
 from portqueue.migrate import _config, head_revision, migrate
 from tests.faults.harness import QUEUE, Fleet, assert_nothing_lost, count_where, stop_all
-from tests.migrations.catalog import schema_catalog
+from tests.migrations.catalog import alembic_versions, schema_catalog
 from tests.migrations.conftest import cli_command, cli_env
+from tests.migrations.stepped import INDEX, REVISION, stepped_scripts
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -120,3 +124,79 @@ def test_migrations_racing_while_workers_drain(
     report(figures, faults=f"{MIGRATORS} concurrent migrate from {start} to "
            f"{head_revision()} beside {MIGRATORS} on the live schema under 2 workers",
            migrate_s=f"{migrated_s:.1f}")
+
+
+def _session_building_concurrently(db: psycopg.Connection[Any], dsn_database: str) -> int | None:
+    """The server session of a migrator whose CREATE INDEX CONCURRENTLY waits."""
+    row = db.execute(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = 'portqueue:migrate'"
+        " AND query LIKE 'CREATE INDEX CONCURRENTLY%%' AND wait_event = 'virtualxid'",
+        [dsn_database]).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _polling_for_the_lock(db: psycopg.Connection[Any], dsn_database: str) -> bool:
+    return db.execute(
+        "SELECT FROM pg_stat_activity WHERE datname = %s"
+        " AND application_name = 'portqueue:migrate'"
+        " AND query LIKE 'SELECT pg_try_advisory_lock(%%'", [dsn_database]).fetchone() is not None
+
+
+@pytest.mark.parametrize("session", ["runs on", "terminated"])
+def test_a_migrator_killed_in_a_step_outside_a_transaction_leaves_what_the_next_run_completes(
+    pg_dsn: str, db: psycopg.Connection[Any], tmp_path: Path, session: str,
+) -> None:
+    # A migrator SIGKILLed inside its CREATE INDEX CONCURRENTLY: the schema
+    # stays at the revision before, with the step's table made. Its server
+    # session does not notice the client's end while it waits, so it holds
+    # the lock and finishes the build ("runs on"), or it is terminated
+    # mid-build and leaves an invalid index ("terminated"). Either way the
+    # next run waits for the lock, runs the whole migration again and ends at
+    # its revision with a valid index.
+    stepped = "pq_stepped_killed"
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(stepped)))
+    migrate(pg_dsn, schema=stepped)
+    scripts = stepped_scripts(tmp_path)
+    database = str(psycopg.conninfo.conninfo_to_dict(pg_dsn)["dbname"])
+    command = [sys.executable, "-m", "tests.migrations.stepped", pg_dsn, str(scripts), stepped]
+    index = sql.Identifier(stepped, INDEX)
+    try:
+        with psycopg.connect(pg_dsn, autocommit=True) as writer:
+            writer.execute("BEGIN")
+            writer.execute(sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(
+                sql.Identifier(stepped, "job")))
+            killed = subprocess.Popen(command, env=cli_env(), stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL)
+            building = wait_until(lambda: _session_building_concurrently(db, database),
+                                  timeout=60, what="the migrator inside its step")
+            killed.send_signal(signal.SIGKILL)
+            killed.wait(timeout=10)
+            if session == "terminated":
+                db.execute("SELECT pg_terminate_backend(%s, 10000)", [building])
+                assert db.execute(sql.SQL("SELECT indisvalid FROM pg_index WHERE indexrelid"
+                                          " = to_regclass({})").format(sql.Literal(
+                                              index.as_string(db)))).fetchone() == (False,)
+            assert alembic_versions(db, stepped) == [(head_revision(),)]
+            rerun = subprocess.Popen(command, env=cli_env(), stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+            if session == "runs on":
+                # The killed migrator's session still holds the lock: the next
+                # run waits for it, and starts nothing meanwhile.
+                wait_until(lambda: _polling_for_the_lock(db, database), timeout=60,
+                           what="the next run polling for the lock")
+                assert db.execute(sql.SQL("SELECT count(*) FROM {}").format(
+                    sql.Identifier(stepped, "step_run"))).fetchone() == (1,)
+            writer.execute("COMMIT")
+        stdout, stderr = rerun.communicate(timeout=120)
+        assert rerun.returncode == 0, stderr
+        assert stdout.strip() == f"at revision {REVISION}"
+        assert alembic_versions(db, stepped) == [(REVISION,)]
+        assert db.execute(sql.SQL("SELECT indisvalid FROM pg_index WHERE indexrelid"
+                                  " = to_regclass({})").format(sql.Literal(
+                                      index.as_string(db)))).fetchone() == (True,)
+        runs = db.execute(sql.SQL("SELECT count(*) FROM {}").format(
+            sql.Identifier(stepped, "step_run"))).fetchone()
+        assert runs == (2,), "the step ran again, once"
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(stepped)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,9 +11,10 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from portqueue.migrate import head_revision, migration_sql
+from portqueue.migrate import head_revision, migrate, migration_sql
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
 from tests.migrations.conftest import CLOSED_PORT_DSN, cli_env, run_cli
+from tests.migrations.stepped import REVISION, migrate_stepped, stepped_scripts, stepped_sql
 
 HEAD = head_revision()
 
@@ -25,6 +28,36 @@ def test_sql_prints_the_snapshot_without_a_database(tmp_path: Path) -> None:
     assert "CREATE TABLE" in result.stdout
     assert result.stdout == migration_sql()
     assert result.stderr == ""
+
+
+@pytest.mark.skipif(shutil.which("psql") is None, reason="psql is not installed")
+@pytest.mark.parametrize("steps", ["portqueue", "outside a transaction"])
+def test_sql_runs_in_psql_and_builds_what_migrate_builds(
+    new_database: Callable[[str], str], tmp_path: Path, steps: str
+) -> None:
+    # What a DBA runs: the printed script, as is, with psql stopping at the
+    # first error. "outside a transaction": a test-only migration on top with
+    # a CREATE INDEX CONCURRENTLY, which psql must get outside BEGIN/COMMIT.
+    from_sql, migrated = new_database("psql_file"), new_database("psql_migrate")
+    if steps == "portqueue":
+        script, revision = migration_sql(), HEAD
+        migrate(migrated)
+    else:
+        scripts = stepped_scripts(tmp_path)
+        script, revision = stepped_sql(scripts), REVISION
+        assert "COMMIT;\n\nINSERT INTO" in script and "CONCURRENTLY" in script
+        migrate_stepped(migrated, scripts)
+    path = tmp_path / "portqueue.sql"
+    path.write_text(script)
+    result = subprocess.run(
+        ["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", from_sql, "-f", str(path)],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    with psycopg.connect(from_sql, autocommit=True) as conn:
+        built = schema_catalog(conn, "portqueue")
+    with psycopg.connect(migrated, autocommit=True) as conn:
+        assert built == schema_catalog(conn, "portqueue")
+    assert built["alembic_version"] == [(revision,)]
 
 
 def test_sql_needs_no_dsn_at_all(tmp_path: Path) -> None:

@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
-from sqlalchemy.exc import OperationalError
 
 from portqueue.migrate import _lock_key, head_revision, migrate
 from tests.migrations.catalog import EXPECTED_TABLES, schema_catalog, tables
 from tests.migrations.conftest import cli_command, cli_env
+from tests.migrations.stepped import INDEX, REVISION, stepped_scripts
+from tests.support.waiting import wait_until
 
 HEAD = head_revision()
 
@@ -23,11 +26,27 @@ PROCESSES = 5
 
 
 def _waiting_on_advisory_lock(conn: psycopg.Connection[Any]) -> int:
+    """Migrators waiting for the lock: polling for it (their last statement
+    asked for it), or blocked in a lock wait (as migrate did before it polled)."""
     row = conn.execute(
         """
-        SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-        WHERE l.locktype = 'advisory' AND NOT l.granted
-          AND a.datname = current_database() AND a.application_name = 'portqueue:migrate'
+        SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND application_name = 'portqueue:migrate'
+          AND (query LIKE 'SELECT pg_try_advisory_lock(%' AND state IN ('idle', 'active')
+               OR wait_event_type = 'Lock' AND wait_event = 'advisory')
+        """
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _building_concurrently(conn: psycopg.Connection[Any]) -> int:
+    """Migrators whose CREATE INDEX CONCURRENTLY waits for an older transaction."""
+    row = conn.execute(
+        """
+        SELECT count(*) FROM pg_stat_activity
+        WHERE datname = current_database() AND application_name = 'portqueue:migrate'
+          AND query LIKE 'CREATE INDEX CONCURRENTLY%' AND wait_event = 'virtualxid'
         """
     ).fetchone()
     assert row is not None
@@ -120,17 +139,70 @@ def test_a_second_schema_is_independent(new_database: Callable[[str], str]) -> N
         assert conn.execute("SELECT count(*) FROM pq_second.queue").fetchone() == (0,)
 
         # The lock is per schema: while the first schema's lock is held, the
-        # second still migrates, and the first waits (here: times out).
+        # second still migrates, and the first waits until it is let go.
         conn.execute("SELECT pg_advisory_lock(%s)", [_lock_key("portqueue")])
+        waiting = ThreadPoolExecutor(1)
         try:
-            migrate(make_conninfo(dsn, options="-c lock_timeout=10s"), schema="pq_second")
-            with pytest.raises(OperationalError, match="lock timeout"):
-                migrate(make_conninfo(dsn, options="-c lock_timeout=200ms"), schema="portqueue")
+            migrate(dsn, schema="pq_second")
+            waited = waiting.submit(migrate, dsn, schema="portqueue")
+            wait_until(lambda: _waiting_on_advisory_lock(conn) == 1, timeout=30,
+                       what="the first schema's migrate polling for its lock")
+            assert not waited.done()
         finally:
             conn.execute("SELECT pg_advisory_unlock(%s)", [_lock_key("portqueue")])
+            waiting.shutdown()
+        waited.result()
 
         # Dropping one schema leaves the other whole; migrating rebuilds it.
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier("portqueue")))
         assert schema_catalog(conn, "pq_second") == second
         migrate(dsn, schema="portqueue")
         assert schema_catalog(conn, "portqueue") == first
+
+
+@pytest.mark.slow
+def test_two_migrators_race_through_a_step_outside_a_transaction(
+    new_database: Callable[[str], str], tmp_path: Path
+) -> None:
+    # docs/retention.md, design point 7: the migrator that has the lock builds
+    # an index concurrently, which waits for every older snapshot; the other
+    # waits for the lock meanwhile. Waiting in pg_advisory_lock (or in a
+    # transaction) the second held a snapshot: deadlock detected.
+    dsn = new_database("stepped_race")
+    migrate(dsn)
+    scripts = stepped_scripts(tmp_path)
+    key = _lock_key("portqueue")
+    with psycopg.connect(dsn, autocommit=True) as conn, \
+            psycopg.connect(dsn, autocommit=True) as writer:
+        conn.execute("SELECT pg_advisory_lock(%s)", [key])
+        migrators = [subprocess.Popen(
+            [sys.executable, "-m", "tests.migrations.stepped", dsn, str(scripts), "portqueue"],
+            env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(2)]
+        try:
+            wait_until(lambda: _waiting_on_advisory_lock(conn) == 2, timeout=60,
+                       what="both migrators polling for the lock")
+            # An open write on the job table: the concurrent build waits for
+            # it, so the first migrator is inside its step while the second
+            # still waits for the lock.
+            writer.execute("BEGIN")
+            writer.execute("LOCK TABLE portqueue.job IN ROW EXCLUSIVE MODE")
+            conn.execute("SELECT pg_advisory_unlock(%s)", [key])
+            wait_until(lambda: _building_concurrently(conn) == 1, timeout=60,
+                       what="one migrator building the index concurrently")
+            wait_until(lambda: _waiting_on_advisory_lock(conn) == 1, timeout=60,
+                       what="the other polling for the lock meanwhile")
+            writer.execute("COMMIT")
+            outputs = [m.communicate(timeout=120) for m in migrators]
+        finally:
+            for migrator in migrators:
+                if migrator.poll() is None:
+                    migrator.kill()
+        for migrator, (stdout, stderr) in zip(migrators, outputs, strict=True):
+            assert migrator.returncode == 0, stderr
+            assert stdout.strip() == f"at revision {REVISION}"
+        assert conn.execute("SELECT count(*) FROM portqueue.step_run").fetchone() == (1,)
+        assert conn.execute(
+            "SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass",
+            [f"portqueue.{INDEX}"]).fetchone() == (True,)
+        assert schema_catalog(conn, "portqueue")["alembic_version"] == [(REVISION,)]

@@ -6,13 +6,19 @@ really routes clients through it."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from alembic.util import CommandError
+from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.maintenance import run_pass
+from portqueue.migrate import _lock_key, head_revision, migrate
+from tests.migrations.catalog import alembic_versions
+from tests.migrations.stepped import migrate_stepped, stepped_scripts
 from tests.pgbouncer import mode
 from tests.pgbouncer.bouncer import Bouncer
 
@@ -88,3 +94,44 @@ def test_the_switch_routes_every_client_through_pgbouncer_with_poll_only(
     # Outside the block clients are built as written again.
     with PortQueue(pg_dsn, schema=schema) as direct:
         assert direct._settings.dsn == pg_dsn and direct._settings.poll_only is False
+
+
+def _advisory_locks_held(db: psycopg.Connection[Any], schema: str) -> list[tuple[Any, ...]]:
+    """Who holds ``schema``'s migration lock in this database."""
+    return db.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s"
+        " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        [_lock_key(schema)]).fetchall()
+
+
+def test_migrate_works_through_it_on_the_transactions_lock(
+    warm_bouncer: Bouncer, pg_dsn: str, db: psycopg.Connection[Any]
+) -> None:
+    # A session-level lock taken through transaction pooling would stay with
+    # whichever server connection ran it, held for nobody: migrate sees the
+    # pooler and locks in its transaction instead, as it did before.
+    schema = "pq_bounced_migrate"
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    try:
+        migrate(warm_bouncer.route(pg_dsn), schema=schema)
+        assert alembic_versions(db, schema) == [(head_revision(),)]
+        assert _advisory_locks_held(db, schema) == []
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def test_a_migration_with_steps_outside_a_transaction_is_refused_through_it(
+    warm_bouncer: Bouncer, pg_dsn: str, db: psycopg.Connection[Any], tmp_path: Path
+) -> None:
+    schema = "pq_bounced_stepped"
+    db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+    try:
+        migrate(pg_dsn, schema=schema)
+        with pytest.raises(CommandError, match="connected to PostgreSQL directly"):
+            migrate_stepped(warm_bouncer.route(pg_dsn), stepped_scripts(tmp_path), schema)
+        # Refused before anything of the run was committed.
+        assert alembic_versions(db, schema) == [(head_revision(),)]
+        assert db.execute("SELECT to_regclass(%s)", [f"{schema}.step_run"]).fetchone() == (None,)
+        assert _advisory_locks_held(db, schema) == []
+    finally:
+        db.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))

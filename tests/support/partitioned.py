@@ -116,8 +116,34 @@ def _settle_dependents_for_moves(db: psycopg.Connection[Any], schema: str) -> No
     db.execute(definition)
 
 
-def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
-    """Rebuild ``schema``'s empty job table partitioned; returns the leaves' names."""
+def _index_named_after_the_roots(
+    db: psycopg.Connection[Any], schema: str, definition: str, leaves: list[str]
+) -> None:
+    """Point 8: the root's index ``job_x_idx`` on the root alone (``ON ONLY``),
+    ``<table>_x_idx`` on each partition, attached to its parent's: a plan
+    names the leaf's index, and its name says which root index it is."""
+    quoted = sql.Identifier(schema).as_string(db)
+    name = definition.split(" INDEX ", 1)[1].split(" ", 1)[0]
+    on = next(f" ON {prefix}.job " for prefix in (schema, quoted)
+              if f" ON {prefix}.job " in definition)
+    tables = [("job", None), ("job_live", "job"), ("job_finished", "job")] + [
+        (leaf, "job_finished") for leaf in leaves if leaf not in ("job_live",)]
+    for table, parent in tables:
+        index = table + name.removeprefix("job")
+        db.execute(definition.replace(f" {name}{on}", f" {index} ON ONLY {quoted}.{table} ", 1))
+        if parent is not None:
+            db.execute(sql.SQL("ALTER INDEX {} ATTACH PARTITION {}").format(
+                sql.Identifier(schema, parent + name.removeprefix("job")),
+                sql.Identifier(schema, index)))
+
+
+def partition_job_table(
+    db: psycopg.Connection[Any], schema: str, today: datetime | None = None
+) -> list[str]:
+    """Rebuild ``schema``'s empty job table partitioned; returns the leaves' names.
+
+    ``today`` (UTC midnight): the day the day partitions are counted from, as
+    if the layout had been made that day."""
     job = sql.Identifier(schema, "job")
     quoted = sql.Identifier(schema).as_string(db)
     indexes = [row[0] for row in db.execute(
@@ -142,7 +168,8 @@ def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
             "CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({}) PARTITION BY RANGE (finished_at)"
         ).format(sql.Identifier(schema, "job_finished"), job,
                  sql.SQL(", ").join(map(sql.Literal, FINISHED))))
-        today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
+        if today is None:
+            today = datetime.now(timezone.utc).replace(hour=0, minute=0, second=0, microsecond=0)
         # Everything that finished before the first day partition: on a
         # migrated table the former single table (the online migration's
         # job_history), on a new one empty, so both have the same layout; and
@@ -171,7 +198,9 @@ def partition_job_table(db: psycopg.Connection[Any], schema: str) -> list[str]:
                 definition = definition.replace(
                     f" ON {schema}.job ", f" ON {schema}.job_live ").replace(
                     f' ON "{schema}".job ', f' ON "{schema}".job_live ')
-            db.execute(definition)
+                db.execute(definition)
+            else:
+                _index_named_after_the_roots(db, schema, definition, leaves)
         for definition in triggers:
             # Today's, on the root: they fire for the changes within one leaf.
             db.execute(definition)
