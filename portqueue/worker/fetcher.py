@@ -165,9 +165,14 @@ class Fetcher:
         still to be written frees (their rows still count in the database: a
         claim now would find them taken, and the outcome's write claims them)."""
         unwritten = self._unwritten() if self._limits.queues else set()
-        return {name: min(n, self._demand.free(name)) for name, n in asked.items()
-                if self._demand.free(name) > 0
+        return {name: min(n, self._free(name)) for name, n in asked.items()
+                if self._free(name) > 0
                 and not (name in unwritten and self._limits.refillable(name))}
+
+    def _free(self, queue: str) -> int:
+        """The queue's free slots, less those a refill in flight asked for
+        (none but for a limited queue)."""
+        return self._demand.free(queue) - self._reserved[queue]
 
     def freed(self, queues: Iterable[str]) -> None:
         """Outcomes of these queues' jobs committed (the completer)."""
@@ -201,7 +206,7 @@ class Fetcher:
         for name, mine in freeing.items():
             if not self._limits.refillable(name):
                 continue
-            free = self._demand.free(name) - self._reserved[name]
+            free = self._free(name)
             n = min(free, max(mine, free - (unwritten.get(name, 0) - mine)))
             if n > 0:
                 asked[name] = n

@@ -70,11 +70,12 @@ class Refill:
         ``unwritten``: those of every outcome still to be written, these
         included), in one transaction and round trip: their results, and the
         queues so claimed. On a pool session; ``beside`` (the completer's
-        write beside its main one) on the claim session, which the fetcher
-        leaves alone meanwhile (it claims no queue whose outcomes are
-        unwritten), as the plain claim and the outcomes' writes overlap on
-        these two. None when there was nothing to claim with them, or
-        the claims were refused: the caller writes the outcomes alone."""
+        write beside its main one) on the claim session, as the plain claim
+        and the outcomes' writes overlap on these two: the fetcher claims no
+        queue whose outcomes are unwritten, and a claim of another queue (or
+        a heartbeat) waits for the session, one write at most. None when
+        there was nothing to claim with them, or the claims were refused: the
+        caller writes the outcomes alone."""
         claims = self._claims
         asked, transactions = claims.refill_claims(freeing, unwritten)
         if not transactions:
