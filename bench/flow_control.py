@@ -215,6 +215,11 @@ def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str,
             "(WHERE status = 'completed') FROM portqueue.job").fetchone() or (None, None, 0)
         starts = [row[0] for row in conn.execute(
             "SELECT extract(epoch FROM started_at) FROM portqueue.job ORDER BY started_at")]
+        # Whether autovacuum ran on the job table during the drain (it takes a
+        # core from the worker and its backends; counted in server_cpu_seconds).
+        (vacuums,) = conn.execute(
+            "SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables "
+            "WHERE schemaname = 'portqueue' AND relname = 'job'").fetchone() or (None,)
     assert done == n, f"{scenario}: {done} of {n} completed"
     seconds = (last - first).total_seconds()
     # A claim stamps its jobs with its statement's clock: distinct started_at
@@ -228,7 +233,7 @@ def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str,
         "largest_gap": gaps[-1] if gaps else 0.0,
         "median_gap": statistics.median(gaps) if gaps else 0.0,
         # The worker's log, its last 20,000 characters (empty when all went well).
-        "worker_log": log[-20000:]}
+        "worker_log": log[-20000:], "autovacuums": vacuums}
     for line in log.splitlines():
         if line.startswith("worker_cpu_seconds "):
             result["worker_cpu_seconds"] = float(line.split()[1])
