@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -84,17 +86,16 @@ def code_env(scenario: str, before: str) -> dict[str, str]:
     return env
 
 
-def child(role: str, scenario: str, dsn: str, before: str, *extra: str,
-          wait: bool = True) -> subprocess.Popen[str]:
+def child(role: str, scenario: str, dsn: str, before: str, *extra: str) -> str:
+    """Run one child to its end; returns its stderr (the worker's log: a
+    warning there, a retried claim or write, explains a slow drain)."""
     argv = [sys.executable, __file__, "--role", role, "--scenario", scenario, "--dsn", dsn,
             *extra]
-    popen = subprocess.Popen(argv, env=code_env(scenario, before), cwd="/", text=True,
-                             stdout=subprocess.PIPE)
-    if wait:
-        popen.wait(600)
-        if popen.returncode:
-            raise RuntimeError(f"{role} {scenario} exited {popen.returncode}")
-    return popen
+    done = subprocess.run(argv, env=code_env(scenario, before), cwd="/", text=True,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)
+    if done.returncode:
+        raise RuntimeError(f"{role} {scenario} exited {done.returncode}: {done.stderr[-2000:]}")
+    return done.stderr
 
 
 def prepare(dsn: str, scenario: str, jobs: int, rate: int) -> None:
@@ -147,29 +148,99 @@ def work(dsn: str, jobs: int, concurrency: int) -> None:
                 await asyncio.sleep(0.25)
         await apq.stop()
         await apq.aclose()
+        # The worker's CPU, for the parent (its stderr): with the server's,
+        # it tells a drain bound by the worker's one core from one bound by
+        # the server or by waits.
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        sys.stderr.write(f"worker_cpu_seconds {usage.ru_utime + usage.ru_stime:.3f}\n")
 
     asyncio.run(main())
 
 
-def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str) -> dict[str, Any]:
+STATEMENTS = """
+SELECT left(regexp_replace(s.query, '\\s+', ' ', 'g'), 80) AS query, s.calls, s.plans,
+       round(s.mean_exec_time::numeric, 3) AS mean_exec_ms,
+       round(s.mean_plan_time::numeric, 3) AS mean_plan_ms,
+       round((s.total_exec_time + s.total_plan_time)::numeric, 1) AS total_ms, s.rows
+FROM pg_stat_statements AS s JOIN pg_database AS d ON d.oid = s.dbid
+WHERE d.datname = %s
+ORDER BY s.total_exec_time + s.total_plan_time DESC LIMIT 12"""
+
+
+def statements(dsn: str, reset: bool) -> list[dict[str, Any]]:
+    """(--statements) The drain's statements by server time, from
+    pg_stat_statements (reset before the worker starts)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if reset:
+            conn.execute("SELECT pg_stat_statements_reset()")
+            return []
+        cursor = conn.execute(STATEMENTS, [DATABASE])
+        names = [column.name for column in cursor.description or []]
+        return [{name: (float(v) if hasattr(v, "is_finite") else v)
+                 for name, v in zip(names, row, strict=True)} for row in cursor]
+
+
+def server_cpu(dsn: str) -> float | None:
+    """The CPU seconds of the server's ended processes (the postmaster's
+    children: each drain's backends end with its worker), when the server
+    runs on this machine."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            (data,) = conn.execute("SHOW data_directory").fetchone() or ("",)
+        pid = Path(data, "postmaster.pid").read_text().split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError, psycopg.Error):
+        return None
+
+
+def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str,
+            with_statements: bool = False) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         conn.execute(f"CREATE DATABASE {DATABASE}")
     bench = server_dsn(dsn, DATABASE)
     n = rate * 5 if setup(scenario)[0] == "rate" else jobs
     child("prepare", scenario, bench, before, "--jobs", str(n), "--rate", str(rate))
-    child("work", scenario, bench, before, "--jobs", str(n),
-          "--concurrency", str(setup(scenario)[2]))
+    if with_statements:
+        statements(dsn, reset=True)
+    server_before = server_cpu(dsn)
+    log = child("work", scenario, bench, before, "--jobs", str(n),
+                "--concurrency", str(setup(scenario)[2]))
+    server_after = server_cpu(dsn)
+    drained = statements(dsn, reset=False) if with_statements else None
     with psycopg.connect(bench) as conn:
         first, last, done = conn.execute(
             "SELECT min(started_at), max(finished_at), count(*) FILTER "
             "(WHERE status = 'completed') FROM portqueue.job").fetchone() or (None, None, 0)
         starts = [row[0] for row in conn.execute(
             "SELECT extract(epoch FROM started_at) FROM portqueue.job ORDER BY started_at")]
+        # Whether autovacuum ran on the job table during the drain (it takes a
+        # core from the worker and its backends; counted in server_cpu_seconds).
+        (vacuums,) = conn.execute(
+            "SELECT autovacuum_count + autoanalyze_count FROM pg_stat_user_tables "
+            "WHERE schemaname = 'portqueue' AND relname = 'job'").fetchone() or (None,)
     assert done == n, f"{scenario}: {done} of {n} completed"
     seconds = (last - first).total_seconds()
-    result: dict[str, Any] = {"scenario": scenario, "jobs": n, "seconds": seconds,
-                              "rate": n / seconds}
+    # A claim stamps its jobs with its statement's clock: distinct started_at
+    # are the claims that started jobs, and the gaps between them the time
+    # the worker ran nothing new (the largest: a stall, if there was one).
+    stamps = sorted({float(s) for s in starts})
+    gaps = sorted(b - a for a, b in itertools.pairwise(stamps))
+    result: dict[str, Any] = {
+        "scenario": scenario, "jobs": n, "seconds": seconds, "rate": n / seconds,
+        "claims": len(stamps), "jobs_per_claim": n / max(1, len(stamps)),
+        "largest_gap": gaps[-1] if gaps else 0.0,
+        "median_gap": statistics.median(gaps) if gaps else 0.0,
+        # The worker's log, its last 20,000 characters (empty when all went well).
+        "worker_log": log[-20000:], "autovacuums": vacuums}
+    for line in log.splitlines():
+        if line.startswith("worker_cpu_seconds "):
+            result["worker_cpu_seconds"] = float(line.split()[1])
+    if server_before is not None and server_after is not None:
+        result["server_cpu_seconds"] = server_after - server_before
+    if drained is not None:
+        result["statements"] = drained
     if setup(scenario)[0] == "rate":
         # Starts after the first window, per second of the windows they span.
         later = [float(s) for s in starts if float(s) >= float(starts[0]) + 1]
@@ -187,6 +258,8 @@ def main() -> None:
     parser.add_argument("--before", default="", help="a checkout of the base commit")
     parser.add_argument("--variant", default="", help="a checkout with one change left out")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
+    parser.add_argument("--statements", action="store_true",
+                        help="record each drain's statements (pg_stat_statements)")
     parser.add_argument("--role", choices=["measure", "prepare", "work"], default="measure")
     parser.add_argument("--scenario", default="")
     parser.add_argument("--concurrency", type=int, default=CONCURRENCY)
@@ -206,8 +279,14 @@ def main() -> None:
         order = chosen[run % len(chosen):] + chosen[:run % len(chosen)]
         results = {}
         for scenario in order:
-            results[scenario] = measure(args.dsn, scenario, args.jobs, args.rate, code)
-            print(f"run {run + 1} {scenario}: {results[scenario]['rate']:,.0f} jobs/s"
+            results[scenario] = measure(args.dsn, scenario, args.jobs, args.rate, code,
+                                        args.statements)
+            got = results[scenario]
+            print(f"run {run + 1} {scenario}: {got['rate']:,.0f} jobs/s, "
+                  f"{got['jobs_per_claim']:.0f} jobs a claim, largest gap "
+                  f"{got['largest_gap'] * 1000:.0f} ms"
+                  + (f", {len(got['worker_log'].splitlines())} log lines"
+                     if got["worker_log"] else "")
                   + (f", start rate {results[scenario]['start_rate']:.1f}/s"
                      if setup(scenario)[0] == "rate" else ""), flush=True)
         runs.append(results)

@@ -35,6 +35,7 @@ from portqueue.worker.outcomes import (
     Unsure,
     event_of,
     failure,
+    slot_freeing_counts,
     slot_freeing_queues,
 )
 from portqueue.worker.refill import Refill
@@ -57,6 +58,20 @@ RETRY_MAX_SECONDS = 10.0
 # or more, are written at once.
 LINGER_BATCH = 16
 LINGER_SECONDS = 0.005
+# A batch of at least SPLIT_MIN outcomes that frees slots of a limited queue
+# the refill claims again is written in two halves side by side (the first
+# on a write of its own, beside the main one): a limited slot frees only when
+# its outcome commits, so with the whole batch in one write, nothing of the
+# queue runs from that write's start until its commit returns; in halves,
+# one half's jobs run, and their outcomes are built, while the other half's
+# write and claim are on the server. Once started, the write beside goes on
+# with the outcomes that wait while the main write is in flight, so the two
+# take turns. Each write has its fixed cost (a round trip, a commit, the
+# limited claim's own), so halves must be large: measured
+# (docs/performance.md, "limited"), halves of 50 drained a
+# global_concurrency=100 queue 1.1-1.3x faster, halves of 25 (50 keys at
+# partition_concurrency=1) 0.87x.
+SPLIT_MIN = 64
 # Shutting down with no database: after this many failed writes in a row the
 # outcomes are given up (their leases lapse and the rescuer hands the jobs out).
 CLOSING_ATTEMPTS = 5
@@ -81,6 +96,9 @@ class Completer:
         self._backlog_cap = backlog_cap
         self._waiting: list[Outcome] = []
         self._writing: list[Outcome] = []
+        # The write beside the main one (SPLIT_MIN), and what it writes.
+        self._beside: asyncio.Task[None] | None = None
+        self._writing_beside: list[Outcome] = []
         self._ready = asyncio.Event()
         self._closing = False
         self.room = asyncio.Event()
@@ -100,12 +118,13 @@ class Completer:
 
     def pending(self) -> list[Running]:
         """The jobs whose outcome is not written yet: their leases are still held."""
-        return [outcome.running for outcome in (*self._writing, *self._waiting)]
+        return [outcome.running
+                for outcome in (*self._writing, *self._writing_beside, *self._waiting)]
 
     def unwritten(self) -> set[str]:
         """The queues of outcomes waiting or being written that free a slot
         when written (a ``Settled`` one freed its slot when it committed)."""
-        return slot_freeing_queues((*self._writing, *self._waiting))
+        return slot_freeing_queues((*self._writing, *self._writing_beside, *self._waiting))
 
     def close(self) -> None:
         """Write what is queued, then end ``run``."""
@@ -113,15 +132,20 @@ class Completer:
         self._ready.set()
 
     async def run(self) -> None:
-        while True:
-            await self._ready.wait()
-            self._ready.clear()
-            await self._linger()
-            await self._flush()
-            if not self._waiting:
-                self.idle.set()
-            if self._closing and not self._waiting:
-                return
+        try:
+            while True:
+                await self._ready.wait()
+                self._ready.clear()
+                await self._linger()
+                await self._flush()
+                # The write beside, when it ends, wakes this loop again.
+                if not self._waiting and self._beside is None:
+                    self.idle.set()
+                if self._closing and not self._waiting and self._beside is None:
+                    return
+        finally:
+            if self._beside is not None:  # cancelled: the write beside goes with it
+                self._beside.cancel()
 
     async def _linger(self) -> None:
         """Let a small batch grow while this worker's other handlers finish."""
@@ -139,7 +163,7 @@ class Completer:
             self._ready.clear()
 
     def _update_room(self) -> None:
-        if len(self._waiting) + len(self._writing) < self._backlog_cap:
+        if len(self._waiting) + len(self._writing) + len(self._writing_beside) < self._backlog_cap:
             self.room.set()
         else:
             self.room.clear()
@@ -149,6 +173,13 @@ class Completer:
         retried_at_once = False
         while self._waiting:
             batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+            if len(batch) >= SPLIT_MIN and self._beside is None and self._refills(batch):
+                half = len(batch) // 2
+                # Unwritten from now: the main write's claim, asked first,
+                # leaves the slots of these outcomes to the claim beside.
+                self._writing_beside = batch[:half]
+                self._beside = asyncio.create_task(self._write_beside(batch[:half]))
+                batch = batch[half:]
             self._writing = batch
             try:
                 await self._write_isolating(batch)
@@ -171,6 +202,36 @@ class Completer:
             finally:
                 self._writing = []
                 self._update_room()
+
+    def _refills(self, batch: list[Outcome]) -> bool:
+        """Whether writing ``batch`` claims for a limited queue (refill.py)."""
+        return self.refill is not None and self.refill.claims_for(slot_freeing_queues(batch))
+
+    async def _write_beside(self, batch: list[Outcome]) -> None:
+        """Write ``batch`` beside the main write, then, while the main write is
+        in flight, the outcomes waiting (if they refill too). A batch it fails
+        to write goes back to the front of the queue, for the main loop's
+        retries and their backoff."""
+        try:
+            while batch:
+                self._writing_beside = batch
+                try:
+                    await self._write_isolating(batch)
+                except Exception:
+                    self._waiting = batch + self._waiting
+                    raise
+                finally:
+                    self._writing_beside = []
+                    self._update_room()
+                batch = []
+                if self._writing and self._waiting and self._refills(self._waiting[:MAX_BATCH]):
+                    batch, self._waiting = self._waiting[:MAX_BATCH], self._waiting[MAX_BATCH:]
+        except Exception as exc:  # back in the queue: the main loop's write raises it again
+            log.warning("worker %s: writing %d outcome(s) beside the main write failed (%s); "
+                        "retrying", self._worker_id, len(batch), exc)
+        finally:
+            self._beside = None
+            self._ready.set()
 
     async def _write_isolating(self, batch: list[Outcome]) -> None:
         """Write a batch; if the database refuses it (not the connection: that is
@@ -203,8 +264,7 @@ class Completer:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         if snoozes:
             queries.append(ops.snooze_jobs(self.q, [s.as_json() for s in snoozes]))
-        freeing = slot_freeing_queues(batch)
-        results, refilled = await self._execute(queries, freeing) if queries else ([], set())
+        results, refilled = await self._execute(queries, batch) if queries else ([], set())
         written = ops.completed_ids(results[0]) if completions else set()
         if failures:
             written.update(ops.failed_ids(results[1 if completions else 0]))
@@ -222,12 +282,15 @@ class Completer:
         self._report(batch, written, refilled)
 
     async def _execute(self, queries: list[Query],
-                       freeing: set[str]) -> tuple[list[list[dict[str, Any]]], set[str]]:
+                       batch: list[Outcome]) -> tuple[list[list[dict[str, Any]]], set[str]]:
         """Write the outcomes, with the claims of the limited queues whose
         slots they free when there are some (``refill.py``). Returns the
         outcomes' results and the queues so claimed."""
-        if self.refill is not None:
-            written = await self.refill.write(queries, freeing)
+        if self.refill is not None and self._refills(batch):
+            written = await self.refill.write(
+                queries, slot_freeing_counts(batch),
+                slot_freeing_counts((*self._writing, *self._writing_beside, *self._waiting)),
+                beside=asyncio.current_task() is self._beside)
             if written is not None:
                 return written
         return await self._connections.execute(*queries), set()

@@ -61,6 +61,14 @@ class Fetcher:
         # (otherwise they would stay active, never run, until their leases
         # lapsed and the rescuer spent an attempt).
         self.claiming = asyncio.Lock()
+        # The completer's claims in flight (refill_claims to refill_ended):
+        # the slots they asked for, not yet started here, and whether there
+        # are none (stop() waits for that as for ``claiming``: their jobs
+        # start before the drain looks at what runs).
+        self._reserved: Counter[str] = Counter()
+        self._refills = 0
+        self.refills_settled = asyncio.Event()
+        self.refills_settled.set()
         self._looping = False
 
     async def connect(self) -> psycopg.AsyncConnection[Any]:
@@ -157,31 +165,62 @@ class Fetcher:
         still to be written frees (their rows still count in the database: a
         claim now would find them taken, and the outcome's write claims them)."""
         unwritten = self._unwritten() if self._limits.queues else set()
-        return {name: min(n, self._demand.free(name)) for name, n in asked.items()
-                if self._demand.free(name) > 0
+        return {name: min(n, self._free(name)) for name, n in asked.items()
+                if self._free(name) > 0
                 and not (name in unwritten and self._limits.refillable(name))}
+
+    def _free(self, queue: str) -> int:
+        """The queue's free slots, less those a refill in flight asked for
+        (none but for a limited queue)."""
+        return self._demand.free(queue) - self._reserved[queue]
 
     def freed(self, queues: Iterable[str]) -> None:
         """Outcomes of these queues' jobs committed (the completer)."""
         self._limits.freed(queues)
 
-    def refill_claims(self, queues: Iterable[str]) -> tuple[dict[str, int], list[list[Query]]]:
-        """(the completer, holding ``claiming``) The limited claims to send in
-        the transaction of outcomes of these queues' jobs: the slots those
+    def refills(self, queues: Iterable[str]) -> bool:
+        """(the completer) Whether outcomes of these queues' jobs may claim
+        with them (refill_claims decides how many)."""
+        return (self._looping and not self._stopping()
+                and any(self._limits.refillable(name) for name in queues))
+
+    def refill_claims(self, freeing: Mapping[str, int], unwritten: Mapping[str, int],
+                      ) -> tuple[dict[str, int], list[list[Query]]]:
+        """(the completer) The limited claims to send in the transaction of
+        outcomes that free ``freeing`` slots per queue: the slots those
         outcomes free are claimed again by the commit that frees them, not by a
         claim of its own after it (one round trip and one wake-up less per
         cycle). Each limited queue with a free slot here that its rate does
-        not hold back; none once stopping, nor in drain (which claims itself)."""
-        if not self._looping or self._stopping():
+        not hold back; none once stopping, nor in drain (which claims itself),
+        nor while the loop claims (its claim may be of the same queue).
+
+        Two such claims may be in flight at once (the completer writes a
+        limited queue's outcomes in two halves, side by side): each asks for
+        the slots its own outcomes free, plus the free slots no outcome still
+        to be written (``unwritten``, these included) will claim, never more
+        than are free here less what the other asked. Until ``refill_ended``
+        the slots asked count as taken."""
+        if not self._looping or self._stopping() or self.claiming.locked():
             return {}, []
-        asked = {name: self._demand.free(name) for name in dict.fromkeys(queues)
-                 if self._limits.refillable(name) and self._demand.free(name) > 0}
-        return asked, self._transactions(asked) if asked else []
+        asked = {}
+        for name, mine in freeing.items():
+            if not self._limits.refillable(name):
+                continue
+            free = self._free(name)
+            n = min(free, max(mine, free - (unwritten.get(name, 0) - mine)))
+            if n > 0:
+                asked[name] = n
+        if not asked:
+            return {}, []
+        self._reserved.update(asked)
+        self._refills += 1
+        self.refills_settled.clear()
+        return asked, self._transactions(asked)
 
     async def refilled(self, conn: psycopg.AsyncConnection[Any], asked: Mapping[str, int],
                        rows: list[Claimed]) -> None:
-        """(the completer, holding ``claiming``) The rows of ``refill_claims``'
-        claims, committed: their jobs start as a claim's of this loop do."""
+        """(the completer) The rows of ``refill_claims``' claims, committed:
+        their jobs start as a claim's of this loop do."""
         jobs, _ = self._limits.learn(rows)  # claim_limited names no queue 'limited'
         await self._patterns.judge_unjudged(conn, self._settings.queries, jobs)
         self._start_rows(jobs)
@@ -190,6 +229,15 @@ class Fetcher:
         # backlogged when a handler here returns.
         self._demand.claimed(asked, {name: min(claimed[name], n - 1)
                                      for name, n in asked.items()})
+
+    def refill_ended(self, asked: Mapping[str, int]) -> None:
+        """(the completer) A claim of ``refill_claims`` is over: its jobs have
+        started (``refilled``), or it failed."""
+        self._reserved.subtract(asked)
+        self._reserved = +self._reserved
+        self._refills -= 1
+        if not self._refills:
+            self.refills_settled.set()
 
     async def claim_now(self, asked: dict[str, int]) -> list[Claimed]:
         """One claim outside the loop (drain): its jobs start as the loop's do."""

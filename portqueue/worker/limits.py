@@ -20,9 +20,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
 
 from portqueue import worker_operations as ops
+from portqueue.driver import transaction_async
 from portqueue.queries import Query
 from portqueue.worker.demand import Demand
 from portqueue.worker.state import Claimed
@@ -84,23 +84,14 @@ class Limits:
         """A limited claim (``ops.claims``: the lock, then ``claim_limited``), in
         one transaction and one round trip; its rows, markers included."""
         lock, claim = transaction
-        # Pipelined: BEGIN, the lock, the claim and COMMIT go in one round
-        # trip, the rows read once all of it is done. The server still runs
-        # them in turn, so the claim's snapshot is taken once the lock is
-        # held, and the lock is released by the COMMIT that follows the claim
-        # at once, not after the rows have crossed to this process and back.
-        try:
-            async with conn.pipeline(), conn.transaction():
-                await conn.execute(lock.sql, lock.params)
-                cursor = conn.cursor(row_factory=Claimed.rows)
-                await cursor.execute(claim.sql, claim.params)
-        except psycopg.Error:
-            # A failed claim made the server skip the queued COMMIT: its
-            # transaction is still open (aborted) on the session.
-            if conn.info.transaction_status == TransactionStatus.INERROR:
-                await conn.rollback()
-            raise
-        return await cursor.fetchall()
+        # One round trip (transaction_async): the lock, the claim and the
+        # commit pipelined, the rows read once all of it is done. The server
+        # still runs them in turn, so the claim's snapshot is taken once the
+        # lock is held, and the lock is released by the commit that follows
+        # the claim at once, not after the rows have crossed to this process
+        # and back.
+        _, rows = await transaction_async(conn, [(lock, None), (claim, Claimed.rows)])
+        return rows
 
     def _wake_at(self, queue: str, seconds: float) -> None:
         previous = self._wakes.pop(queue, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import traceback
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -191,6 +192,12 @@ def event_of(outcome: Outcome) -> str:
 # What each event counts as in drain's result.
 KINDS = {"job_completed": "completed", "job_failed": "failed", "job_retrying": "retried",
          "job_cancelled": "cancelled"}
+
+
+def slot_freeing_counts(outcomes: Iterable[Outcome]) -> Counter[str]:
+    """How many slots of each queue these outcomes free once written."""
+    return Counter(outcome.running.claimed.queue for outcome in outcomes
+                   if isinstance(outcome, Completion | Failure | Snoozed))
 
 
 def slot_freeing_queues(outcomes: Iterable[Outcome]) -> set[str]:

@@ -8,12 +8,14 @@ limited claims for the queues its outcomes free (``Fetcher.refill_claims``),
 and the claimed jobs start as a claim of the fetcher's loop would start
 them (``Fetcher.refilled``). Skipped while the fetcher claims (the
 completer never waits for it), and whenever the claims would be refused:
-the outcomes are then written alone.
+the outcomes are then written alone. Two may be in flight at once (the
+completer's write beside its main one): the database takes their claims in
+turn (``lock_limited_queue``), the fetcher keeps their slots apart
+(``Fetcher.refill_claims``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
@@ -34,13 +36,18 @@ Results = list[list[dict[str, Any]]]
 class Claims(Protocol):
     """The fetcher, as the refill sees it."""
 
-    claiming: asyncio.Lock
+    def refills(self, queues: Iterable[str]) -> bool:
+        ...
 
-    def refill_claims(self, queues: Iterable[str]) -> tuple[dict[str, int], list[list[Query]]]:
+    def refill_claims(self, freeing: Mapping[str, int], unwritten: Mapping[str, int],
+                      ) -> tuple[dict[str, int], list[list[Query]]]:
         ...
 
     async def refilled(self, conn: psycopg.AsyncConnection[Any], asked: Mapping[str, int],
                        rows: list[Claimed]) -> None:
+        ...
+
+    def refill_ended(self, asked: Mapping[str, int]) -> None:
         ...
 
 
@@ -50,37 +57,49 @@ class Refill:
         self._claims = claims
         self._worker_id = worker_id
 
-    async def write(self, queries: list[Query],
-                    freeing: set[str]) -> tuple[Results, set[str]] | None:
+    def claims_for(self, queues: Iterable[str]) -> bool:
+        """Whether outcomes of these queues' jobs would claim with them (a
+        look, no more: ``write`` decides)."""
+        return self._claims.refills(queues)
+
+    async def write(self, queries: list[Query], freeing: Mapping[str, int],
+                    unwritten: Mapping[str, int], *,
+                    beside: bool = False) -> tuple[Results, set[str]] | None:
         """Write the outcomes' ``queries`` with the claims of the limited
-        queues among ``freeing``, in one transaction and round trip: their
-        results, and the queues so claimed. None when there was nothing to
-        claim with them, or the claims were refused: the caller writes the
-        outcomes alone."""
+        queues among ``freeing`` (slots these outcomes free, by queue;
+        ``unwritten``: those of every outcome still to be written, these
+        included), in one transaction and round trip: their results, and the
+        queues so claimed. On a pool session; ``beside`` (the completer's
+        write beside its main one) on the claim session, as the plain claim
+        and the outcomes' writes overlap on these two: the fetcher claims no
+        queue whose outcomes are unwritten, and a claim of another queue (or
+        a heartbeat) waits for the session, one write at most. None when
+        there was nothing to claim with them, or the claims were refused: the
+        caller writes the outcomes alone."""
         claims = self._claims
-        if claims.claiming.locked():
+        asked, transactions = claims.refill_claims(freeing, unwritten)
+        if not transactions:
             return None
-        async with claims.claiming:
-            asked, transactions = claims.refill_claims(freeing)
-            if not transactions:
-                return None
-            try:
-                return await self._write(queries, asked, transactions), set(asked)
-            except psycopg.Error as exc:
-                if isinstance(exc, psycopg.OperationalError) or is_unavailable(exc):
-                    raise
-                # The claim's refusal must not cost the outcomes: they are
-                # written alone, and the fetcher claims as it would.
-                log.warning("worker %s: claiming with the outcomes failed (%s); "
-                            "writing them alone", self._worker_id, exc)
-                return None
+        try:
+            return await self._write(queries, asked, transactions, beside), set(asked)
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError) or is_unavailable(exc):
+                raise
+            # The claim's refusal must not cost the outcomes: they are
+            # written alone, and the fetcher claims as it would.
+            log.warning("worker %s: claiming with the outcomes failed (%s); "
+                        "writing them alone", self._worker_id, exc)
+            return None
+        finally:
+            claims.refill_ended(asked)
 
     async def _write(self, queries: list[Query], asked: Mapping[str, int],
-                     transactions: list[list[Query]]) -> Results:
+                     transactions: list[list[Query]], beside: bool) -> Results:
         statements: list[tuple[Query, Any]] = [(query, None) for query in queries]
         for lock, claim in transactions:  # ops.claims: each limited claim is the two
             statements += [(lock, None), (claim, Claimed.rows)]
-        async with self._connections.pooled() as conn:
+        session = self._connections.claims.use() if beside else self._connections.pooled()
+        async with session as conn:
             results = await self._connections.within(conn, transaction_async(conn, statements))
             claimed = [row for rows in results[len(queries) + 1::2] for row in rows]
             await self._claims.refilled(conn, asked, claimed)

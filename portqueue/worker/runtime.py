@@ -269,6 +269,8 @@ class Worker:
         log.info("worker %s stopped", self.id)
 
     async def _claim_settled(self) -> None:
+        # The completer's claims in flight too (none starts once stopping).
+        await self.fetcher.refills_settled.wait()
         async with self.fetcher.claiming:
             if self._abort.is_set():
                 # Settled in the same step the claim's runners started in, so

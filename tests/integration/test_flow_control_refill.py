@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
 
-from portqueue import PortQueue
+from portqueue import AsyncPortQueue, PortQueue
+from portqueue.worker.completer import SPLIT_MIN
 from portqueue.worker.job import Job
 from tests.pgbouncer import mode
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until, wait_until_async
 from tests.support.workers import SyncHarness
 
 Db = psycopg.Connection[Any]
@@ -27,6 +30,14 @@ def xmins(db: Db, schema: str, queue: str) -> dict[str, tuple[str, str]]:
         "SELECT id::text, status::text, xmin::text FROM {} WHERE queue = %s").format(
             sql.Identifier(schema, "job")), [queue]).fetchall()
     return {job_id: (status, xmin) for job_id, status, xmin in rows}
+
+
+def left(db: Db, schema: str, queue: str) -> int:
+    """The queue's jobs not finished yet."""
+    (n,) = db.execute(sql.SQL(
+        "SELECT count(*) FROM {} WHERE queue = %s AND finished_at IS NULL").format(
+            sql.Identifier(schema, "job")), [queue]).fetchone() or (0,)
+    return int(n)
 
 
 @pytest.mark.parametrize("limits", [{"global_concurrency": 1}, {"partition_concurrency": 1}],
@@ -88,14 +99,48 @@ def test_a_limited_drain_never_waits_for_the_poll(
     client.add_jobs(queue="burst", jobs=[{"data": n} for n in range(500)])
     harness.start(poll_interval=60.0)
 
-    def left() -> int:
-        (n,) = db.execute(sql.SQL(
-            "SELECT count(*) FROM {} WHERE queue = 'burst' AND finished_at IS NULL").format(
-                sql.Identifier(schema, "job"))).fetchone() or (0,)
-        return int(n)
-
-    wait_until(lambda: left() == 0, 50, "the limited queue to drain without a poll",
-               interval=0.05)
+    wait_until(lambda: left(db, schema, "burst") == 0, 50,
+               "the limited queue to drain without a poll", interval=0.05)
     (attempts,) = db.execute(sql.SQL("SELECT max(attempt) FROM {} WHERE queue = 'burst'").format(
         sql.Identifier(schema, "job"))).fetchone() or (0,)
     assert attempts == 1
+
+
+async def test_a_limited_queues_outcomes_are_written_in_halves_that_hold_the_limit(
+    apq_factory: Callable[..., AsyncPortQueue], pq: PortQueue, db: Db, schema: str,
+) -> None:
+    # The bench's global100 drain in small: slots equal to the limit, no-op
+    # jobs, so each claim's jobs finish together and their outcomes make one
+    # batch. The completer writes such a batch in two halves side by side
+    # (completer.SPLIT_MIN), each half claiming again only the slots its own
+    # outcomes free: after the first claim, no claim starts more than half
+    # the slots (one write of the whole batch claimed them all at once). And
+    # the two halves' claims, in flight together, never run past the limit:
+    # at each claim's instant (its statement's clock, after the outcomes
+    # that freed its slots), the jobs started and not yet finished are at
+    # most the limit.
+    slots = 2 * SPLIT_MIN
+    apq = apq_factory(application_name="halves")
+
+    @apq.handler("halves", concurrency=slots)
+    async def handler(job: Any) -> None:
+        return None
+
+    pq.add_jobs(queue="halves", jobs=[{"data": n} for n in range(20 * slots)])
+    pq.set_queue_limits(queue="halves", global_concurrency=slots)
+    await apq.start(poll_interval=60.0)
+    try:
+        await wait_until_async(lambda: left(db, schema, "halves") == 0, 60,
+                               "the limited queue to drain")
+    finally:
+        await apq.stop()
+        await apq.aclose()
+    rows = db.execute(sql.SQL(
+        "SELECT started_at, finished_at, attempt FROM {} WHERE queue = 'halves'").format(
+            sql.Identifier(schema, "job"))).fetchall()
+    assert {attempt for _, _, attempt in rows} == {1}
+    claims = sorted(Counter(started for started, _, _ in rows).items())
+    assert max(n for _, n in claims[1:]) <= slots // 2, claims[:8]
+    for instant, _ in claims:
+        running = sum(1 for started, finished, _ in rows if started <= instant < finished)
+        assert running <= slots, (instant, running)

@@ -56,6 +56,9 @@ SERVER_LEGS: tuple[str, ...] = (
     "tests/integration/test_tx_conformance.py",      # the caller's own transactions
     "tests/integration/test_workflow_flows.py",
     "tests/integration/test_workflow_dependencies.py",
+    # transaction_async's pipeline with no BEGIN: the server's implicit
+    # transaction, and PgBouncer's transaction mode keeping it on one session.
+    "tests/integration/test_transaction_async.py",
     "tests/integration/test_flow_control_adds.py",
     "tests/integration/test_flow_control_upkeep.py",
     "tests/integration/test_cli_insight.py",         # insight.sql
