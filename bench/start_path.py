@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import statistics
 import subprocess
@@ -208,8 +209,8 @@ def main() -> None:
         admin.execute("SELECT pg_reload_conf()")
         admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
-    hops: dict[str, list[float]] = {f"{a}->{b}": [] for a, b in
-                                    zip(["commit", *HOPS], HOPS, strict=False)}
+    steps = list(itertools.pairwise(["commit", *HOPS]))
+    hops: dict[str, list[float]] = {f"{a}->{b}": [] for a, b in steps}
     total: list[float] = []
     left_out = 0
     for cycle in trace.cycles:
@@ -220,8 +221,7 @@ def main() -> None:
             continue
         commit = sent[seq][1]
         points = [commit, *(cycle[hop] for hop in HOPS)]
-        for (a, b), (ta, tb) in zip(zip(["commit", *HOPS], HOPS, strict=False),
-                                    zip(points, points[1:], strict=False), strict=True):
+        for (a, b), (ta, tb) in zip(steps, itertools.pairwise(points), strict=True):
             hops[f"{a}->{b}"].append(1000 * (tb - ta))
         total.append(1000 * (cycle["handler"] - commit))
     all_jobs = [1000 * (started[i] - sent[i][1]) for i in started]
