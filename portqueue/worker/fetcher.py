@@ -245,7 +245,7 @@ class Fetcher:
                 # the limited way now, not at their next wake-up (and those
                 # claim_plain left to claim).
                 transactions = self._transactions(
-                    {name: asked[name] for name in dict.fromkeys(turned)})
+                    {name: asked[name] for name in dict.fromkeys(turned)}) if turned else []
             await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
         self._start_rows(rows)
         return rows
