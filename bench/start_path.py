@@ -87,6 +87,7 @@ class Trace:
 
 
 def instrument(trace: Trace) -> None:
+    from portqueue.driver import fetch_async
     from portqueue.worker import demand, fetcher, listener
 
     readable = listener.readable
@@ -95,7 +96,7 @@ def instrument(trace: Trace) -> None:
         await readable(conn, seconds)
         trace.mark("readable")
 
-    listener.readable = timed_readable  # type: ignore[assignment]
+    listener.readable = timed_readable
 
     heard = listener.Listener._heard
 
@@ -115,7 +116,7 @@ def instrument(trace: Trace) -> None:
 
     demand.Demand.take = timed_take  # type: ignore[method-assign]
 
-    fetch = fetcher.fetch_async
+    fetch = fetch_async
 
     async def timed_fetch(conn: Any, query: Any, row_factory: Any) -> Any:
         trace.mark("sent")
@@ -123,7 +124,7 @@ def instrument(trace: Trace) -> None:
         trace.mark("back", rows=len(rows))
         return rows
 
-    fetcher.fetch_async = timed_fetch  # type: ignore[assignment]
+    fetcher.fetch_async = timed_fetch  # type: ignore[attr-defined]
 
 
 async def work(dsn: str, n: int, rate: float, trace: Trace) -> tuple[list[Any], dict[int, float],
