@@ -79,7 +79,9 @@ DELETE FROM {schema}.worker WHERE id = %(id)s;
 -- carrying the pattern (in data_json), taking no slot; the worker judges them
 -- before its next claim.
 WITH RECURSIVE wanted AS (
-    {wanted_queues}
+    {wanted_queues(
+        queues => %(queues)s::text[], slots => %(slots)s::integer[],
+        lease_seconds => %(lease_seconds)s::integer[])}
 ),
 {plain_range},
 -- Each queue's ready jobs with a partition key and no pattern (a queue
@@ -187,7 +189,7 @@ UNION ALL
    AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
  LIMIT 64)
 UNION ALL
-{limited_markers};
+{limited_markers(queues => %(queues)s::text[], slots => %(slots)s::integer[])};
 
 -- name: claim_plain
 -- claim, while no pending job anywhere names a pattern or has a partition key
@@ -211,8 +213,18 @@ WITH mixed AS MATERIALIZED (
                  AND j.partition_key IS NOT NULL
                ORDER BY j.queue LIMIT 1) IS NOT NULL AS found
 ),
+-- The arrays are read through a subquery: a custom plan then sizes them as a
+-- generic one does (a parameter array counts ten), so the plan cache keeps the
+-- generic plan from the sixth call whatever the backlog. Given as constants, a
+-- custom plan knows a worker's one queue, the generic plan's estimate loses
+-- against it once the backlog is large, and every claim was planned again:
+-- 203 plans for 202 claims, 0.65 ms each, in the bench's drain
+-- (docs/performance.md, "latency (session 2026-12-03)").
 wanted AS (
-    {wanted_queues}
+    {wanted_queues(
+        queues => (SELECT %(queues)s::text[]),
+        slots => (SELECT %(slots)s::integer[]),
+        lease_seconds => (SELECT %(lease_seconds)s::integer[]))}
       AND NOT (SELECT m.found FROM mixed AS m)
 ),
 {plain_range},
@@ -232,22 +244,23 @@ SELECT NULL, NULL, 'mixed', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL
 FROM mixed AS m
 WHERE m.found
 UNION ALL
-{limited_markers};
+{limited_markers(
+    queues => (SELECT %(queues)s::text[]), slots => (SELECT %(slots)s::integer[]))};
 
--- fragment: wanted_queues
+-- fragment: wanted_queues(queues, slots, lease_seconds)
 -- The queues a claim (claim, claim_plain) asks for, with their slots and
--- leases.
+-- leases (the three arrays, of one length).
 SELECT w.queue, w.slots, w.lease_seconds
-    FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
-         AS w (queue, slots, lease_seconds)
-    WHERE w.slots > 0
-      -- A queue with a limit is claimed by claim_limited only, so a claim in
-      -- flight when a limit is set cannot run past it (flow-control.md).
-      AND NOT EXISTS (
-          SELECT FROM {schema}.queue AS q
-          WHERE q.name = w.queue
-            AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
-                 OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
+FROM unnest({queues}, {slots}, {lease_seconds})
+     AS w (queue, slots, lease_seconds)
+WHERE w.slots > 0
+  -- A queue with a limit is claimed by claim_limited only, so a claim in
+  -- flight when a limit is set cannot run past it (flow-control.md).
+  AND NOT EXISTS (
+      SELECT FROM {schema}.queue AS q
+      WHERE q.name = w.queue
+        AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
+             OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
 
 -- fragment: plain_range
 -- Each wanted queue's ready jobs with neither a pattern nor a key: one range
@@ -263,14 +276,14 @@ plain AS (
     ) AS c
 )
 
--- fragment: limited_markers
+-- fragment: limited_markers(queues, slots)
 -- A queue passed over for its limits says so ('limited' row): the worker
 -- claims it with claim_limited from then on, learning of a limit from the
 -- claim itself rather than by reading the queues' limits on the side
 -- (claim, claim_plain).
 SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
-FROM unnest(%(queues)s::text[], %(slots)s::integer[]) AS w (queue, slots)
+FROM unnest({queues}, {slots}) AS w (queue, slots)
 WHERE w.slots > 0
   AND EXISTS (
       SELECT FROM {schema}.queue AS q

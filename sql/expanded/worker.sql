@@ -216,7 +216,7 @@ WITH mixed AS MATERIALIZED (
 ),
 wanted AS (
     SELECT w.queue, w.slots, w.lease_seconds
-    FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
+    FROM unnest((SELECT %(queues)s::text[]), (SELECT %(slots)s::integer[]), (SELECT %(lease_seconds)s::integer[]))
          AS w (queue, slots, lease_seconds)
     WHERE w.slots > 0
       AND NOT EXISTS (
@@ -279,7 +279,7 @@ WHERE m.found
 UNION ALL
 SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
-FROM unnest(%(queues)s::text[], %(slots)s::integer[]) AS w (queue, slots)
+FROM unnest((SELECT %(queues)s::text[]), (SELECT %(slots)s::integer[])) AS w (queue, slots)
 WHERE w.slots > 0
   AND EXISTS (
       SELECT FROM "portqueue".queue AS q
