@@ -18,6 +18,7 @@ from psycopg import sql
 
 from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
+from tests.support.plans import plan_nodes
 from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
@@ -85,3 +86,25 @@ def test_a_limited_queue_is_still_named(db: Db, schema: str) -> None:
     rows = rolled_back(db, plain(schema))
     assert {(row[1], row[2]) for row in rows if row[1] == "b"} == {("b", ops.LIMITED)}
     assert len(claimed(rows)) == QUEUES["a"]
+
+
+def test_its_plans_size_the_queues_alike_whatever_the_arrays_hold(db: Db, schema: str) -> None:
+    """The plan cache keeps a prepared statement's generic plan only while its
+    estimate is no worse than the custom plans'. Given as constants, the arrays
+    let a custom plan count one queue where the generic plan counts ten, and
+    in the bench's drain every claim was planned again (203 plans for 202
+    claims, docs/performance.md): each plan must size the wanted queues the
+    same for one queue as for thirty."""
+    load(db, schema)
+
+    def estimated(queues: list[str]) -> list[float]:
+        query = ops.claim_plain(queries_for(schema), slots=dict.fromkeys(queues, 5),
+                                lease_seconds=dict.fromkeys(queues, 60),
+                                worker_id=str(uuid.uuid4()))
+        row = db.execute(f"EXPLAIN (FORMAT JSON) {query.sql}", dict(query.params)).fetchone()
+        assert row is not None
+        return [node["Plan Rows"] for node in plan_nodes(row[0][0]["Plan"])
+                if node["Node Type"] == "Function Scan"]
+
+    one, thirty = estimated(["a"]), estimated([f"q{n}" for n in range(30)])
+    assert one and one == thirty

@@ -44,3 +44,4 @@ def test_the_worker_claims_with_claim_at_once_when_claim_plain_finds_a_pattern(
     pq.add_job(queue="mixed", data="plain-2")
     wait_until(lambda: "plain-2" in done, what="the second plain job")
     assert statements[-1] == "claim"
+
