@@ -195,7 +195,7 @@ UNION ALL
 -- claim, while no pending job anywhere names a pattern or has a partition key
 -- (the common case): the plain ranges alone, without the keyed and matched
 -- ranges, their merge and the pattern probes. A lighter statement: a one-job
--- claim took 0.41-0.51 ms against claim's 0.55-0.62, the commit's flush left
+-- claim took 0.41 ms against claim's 0.53-0.62, the commit's flush left
 -- out (docs/performance.md, "latency (session 2026-12-03)"), most of it
 -- what the executor sets up for claim's larger plan. It checks the case
 -- itself, in its own snapshot, by the first entries of job_claim_patterned_idx
