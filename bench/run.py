@@ -120,7 +120,7 @@ METRICS += [("delayed_priority", metric, unit, True)
 QUEUE_COUNTS = [1, 100, 1000]
 METRICS += [("many_queues", f"p50_ms_{k}q", "ms", False) for k in QUEUE_COUNTS]
 METRICS += [("many_queues", f"db_ms_per_s_{k}q", "ms/s", False) for k in QUEUE_COUNTS]
-METRICS += [("cached_plan", metric, unit, False)
+METRICS += [("cached_plan", f"{prefix}{metric}", unit, False) for prefix in ("", "plain_")
             for metric, unit in (("fresh_ms", "ms"), ("cached_ms", "ms"), ("ratio", "x"))]
 
 DRAIN_TIMEOUT_SECONDS = 1800
@@ -553,7 +553,8 @@ class Bench:
         on a cached generic one (a prepared statement under plan_cache_mode =
         force_generic_plan, which the plan cache picks by itself after five runs when
         the generic plan's estimate is no worse). Each claim is rolled back; median of
-        claim_repeats, alternating."""
+        claim_repeats, alternating. The same for claim_plain (plain_*), the statement
+        the worker claims with while no pending job names a pattern or has a key."""
         import uuid
 
         from portqueue import PortQueue
@@ -569,26 +570,32 @@ class Bench:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("ANALYZE")
         worker_id = uuid.uuid4()
-        query = queries_for("portqueue")(
-            "claim", queues=names, slots=[slots] * queues, lease_seconds=[60] * queues,
-            refused_patterns=[], matching_patterns=[], worker_id=worker_id)
-        timings: dict[str, list[float]] = {"fresh": [], "cached": []}
-        claimed = 0
+        q = queries_for("portqueue")
+        statements = {
+            "": q("claim", queues=names, slots=[slots] * queues, lease_seconds=[60] * queues,
+                  refused_patterns=[], matching_patterns=[], worker_id=worker_id),
+            "plain_": q("claim_plain", queues=names, slots=[slots] * queues,
+                        lease_seconds=[60] * queues, worker_id=worker_id)}
+        result: dict[str, Any] = {"queues": queues, "slots": slots}
         with psycopg.connect(dsn) as conn:
             conn.execute("SET plan_cache_mode = force_generic_plan")
             conn.commit()
-            for _ in range(self.sizes.get("claim_repeats", 3)):
-                for kind in ("fresh", "cached"):
-                    start = time.perf_counter()
-                    # prepare=False: an unnamed statement, planned for these values
-                    claimed = len(conn.execute(query.sql, query.params,
-                                               prepare=kind == "cached").fetchall())
-                    timings[kind].append(1000 * (time.perf_counter() - start))
-                    conn.rollback()
-        fresh, cached = statistics.median(timings["fresh"]), statistics.median(timings["cached"])
-        return {"rows": claimed, "queues": queues, "slots": slots,
-                "fresh_ms": round(fresh, 1), "cached_ms": round(cached, 1),
-                "ratio": round(cached / fresh, 2)}
+            for prefix, query in statements.items():
+                timings: dict[str, list[float]] = {"fresh": [], "cached": []}
+                for _ in range(self.sizes.get("claim_repeats", 3)):
+                    for kind in ("fresh", "cached"):
+                        start = time.perf_counter()
+                        # prepare=False: an unnamed statement, planned for these values
+                        claimed = len(conn.execute(query.sql, query.params,
+                                                   prepare=kind == "cached").fetchall())
+                        timings[kind].append(1000 * (time.perf_counter() - start))
+                        conn.rollback()
+                fresh = statistics.median(timings["fresh"])
+                cached = statistics.median(timings["cached"])
+                result.update({f"{prefix}rows": claimed, f"{prefix}fresh_ms": round(fresh, 1),
+                               f"{prefix}cached_ms": round(cached, 1),
+                               f"{prefix}ratio": round(cached / fresh, 2)})
+        return result
 
     def run_one(self, scenario: str, system: str) -> dict[str, Any]:
         if scenario == "enqueue_single":

@@ -154,7 +154,10 @@ def _claim(q: Queries, verdicts: ClientVerdicts, consumer_id: str, queue: str, s
     for _ in range(2):
         (transaction,) = ops.claims(
             q, slots={queue: slots}, lease_seconds={queue: lease_seconds},
-            limited=verdicts.limited, worker_id=consumer_id, **verdicts.claim_params())
+            limited=verdicts.limited, worker_id=consumer_id,
+            # claim, not claim_plain: a pull consumer keeps no state to learn
+            # from claim_plain's MIXED between fetches.
+            plain_only=False, **verdicts.claim_params())
         for query in transaction:
             rows = yield query
         statuses = {row["status"] for row in rows}

@@ -85,6 +85,16 @@ def claim(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, i
              refused_patterns=list(refused_patterns), worker_id=worker_id)
 
 
+def claim_plain(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, int],
+                worker_id: str) -> Query:
+    """``claim`` while no pending job names a pattern or has a partition key:
+    the same rows, from a lighter statement. Claims nothing when such a job
+    is pending, and says so with a ``MIXED`` row: claim with ``claim`` then."""
+    names = list(slots)
+    return q("claim_plain", queues=names, slots=[slots[name] for name in names],
+             lease_seconds=[lease_seconds[name] for name in names], worker_id=worker_id)
+
+
 # --- outcomes ---
 
 
@@ -195,20 +205,29 @@ RATE_LIMITED = "rate_limited"
 # other way from then on. Neither is a job.
 LIMITED = "limited"
 UNLIMITED = "unlimited"
+# The status of claim_plain's row saying that a pending job names a pattern or
+# has a key, so it claimed nothing: claim with claim instead. Not a job.
+MIXED = "mixed"
 
 
 def claims(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[str, int],
            limited: Collection[str], matching_patterns: Sequence[str],
-           refused_patterns: Sequence[str], worker_id: str) -> list[list[Query]]:
+           refused_patterns: Sequence[str], worker_id: str,
+           plain_only: bool = False) -> list[list[Query]]:
     """The statements claiming up to ``slots[queue]`` of each queue, one list per
     transaction, the rows of each list's last statement being the claim's:
-    first the plain claim of every queue not in ``limited`` (one statement),
-    then, for each queue in ``limited``, its lock and ``claim_limited``. The one
-    place the choice is made, for the worker and for ``fetch_jobs``."""
+    first the plain claim of every queue not in ``limited`` (one statement:
+    ``claim_plain`` with ``plain_only``, which the worker passes until a claim
+    says ``MIXED``, else ``claim``), then, for each queue in ``limited``, its
+    lock and ``claim_limited``. The one place the choice is made, for the
+    worker and for ``fetch_jobs``."""
     plain = {name: n for name, n in slots.items() if name not in limited}
     patterns = {"matching_patterns": matching_patterns, "refused_patterns": refused_patterns}
     transactions = []
-    if plain:
+    if plain and plain_only:
+        transactions.append([claim_plain(q, slots=plain, lease_seconds=lease_seconds,
+                                         worker_id=worker_id)])
+    elif plain:
         transactions.append([claim(q, slots=plain, lease_seconds=lease_seconds,
                                    worker_id=worker_id, **patterns)])
     for name, n in slots.items():

@@ -79,29 +79,11 @@ DELETE FROM {schema}.worker WHERE id = %(id)s;
 -- carrying the pattern (in data_json), taking no slot; the worker judges them
 -- before its next claim.
 WITH RECURSIVE wanted AS (
-    SELECT w.queue, w.slots, w.lease_seconds
-    FROM unnest(%(queues)s::text[], %(slots)s::integer[], %(lease_seconds)s::integer[])
-         AS w (queue, slots, lease_seconds)
-    WHERE w.slots > 0
-      -- A queue with a limit is claimed by claim_limited only, so a claim in
-      -- flight when a limit is set cannot run past it (flow-control.md).
-      AND NOT EXISTS (
-          SELECT FROM {schema}.queue AS q
-          WHERE q.name = w.queue
-            AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
-                 OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
+    {wanted_queues(
+        queues => %(queues)s::text[], slots => %(slots)s::integer[],
+        lease_seconds => %(lease_seconds)s::integer[])}
 ),
--- Each queue's ready jobs with neither a pattern nor a key: one range scan.
-plain AS (
-    SELECT c.*, wanted.queue, wanted.slots
-    FROM wanted
-    CROSS JOIN LATERAL (
-        {ready_range(
-            queue => wanted.queue, clock => now(), limit => wanted.slots,
-            lease_seconds => wanted.lease_seconds,
-            range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL)}
-    ) AS c
-),
+{plain_range},
 -- Each queue's ready jobs with a partition key and no pattern (a queue
 -- without a limit ignores the key): one range scan per queue, skipped by one
 -- probe of the index's first entry when no pending job anywhere has a key,
@@ -207,18 +189,107 @@ UNION ALL
    AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
  LIMIT 64)
 UNION ALL
+{limited_markers(queues => %(queues)s::text[], slots => %(slots)s::integer[])};
+
+-- name: claim_plain
+-- claim, while no pending job anywhere names a pattern or has a partition key
+-- (the common case): the plain ranges alone, without the keyed and matched
+-- ranges, their merge and the pattern probes. A lighter statement: a one-job
+-- claim took 0.41 ms against claim's 0.53-0.62, the commit's flush left
+-- out (docs/performance.md, "latency (session 2026-12-03)"), most of it
+-- what the executor sets up for claim's larger plan. It checks the case
+-- itself, in its own snapshot, by the first entries of job_claim_patterned_idx
+-- and job_claim_keyed_idx (ORDER BY pins each probe to its index, see keyed
+-- in claim): when either holds a job it claims nothing and says so, one
+-- 'mixed' row, and the worker claims with claim at once (worker/fetcher.py).
+-- So it claims what claim would: with no such job pending, claim's keyed and
+-- matched ranges are empty and no pattern is left to judge.
+WITH mixed AS MATERIALIZED (
+    SELECT (SELECT j.queue FROM {schema}.job AS j
+            WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL
+            ORDER BY j.queue LIMIT 1) IS NOT NULL
+           OR (SELECT j.queue FROM {schema}.job AS j
+               WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
+                 AND j.partition_key IS NOT NULL
+               ORDER BY j.queue LIMIT 1) IS NOT NULL AS found
+),
+-- The arrays are read through a subquery: a custom plan then sizes them as a
+-- generic one does (a parameter array counts ten), so the plan cache keeps the
+-- generic plan from the sixth call whatever the backlog. Given as constants, a
+-- custom plan knows a worker's one queue, the generic plan's estimate loses
+-- against it once the backlog is large, and every claim was planned again:
+-- 203 plans for 202 claims, 0.65 ms each, in the bench's drain
+-- (docs/performance.md, "latency (session 2026-12-03)").
+wanted AS (
+    {wanted_queues(
+        queues => (SELECT %(queues)s::text[]),
+        slots => (SELECT %(slots)s::integer[]),
+        lease_seconds => (SELECT %(lease_seconds)s::integer[]))}
+      AND NOT (SELECT m.found FROM mixed AS m)
+),
+{plain_range},
+claimed AS (
+    UPDATE {schema}.job AS j
+    SET {claim_set}
+    FROM plain AS c
+    -- As in claim: the ids as an array pin the join to primary-key lookups.
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT p.id FROM plain AS p))
+      AND j.status = 'pending'
+    RETURNING {claimed_columns}
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, 'mixed', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM mixed AS m
+WHERE m.found
+UNION ALL
+{limited_markers(
+    queues => (SELECT %(queues)s::text[]), slots => (SELECT %(slots)s::integer[]))};
+
+-- fragment: wanted_queues(queues, slots, lease_seconds)
+-- The queues a claim (claim, claim_plain) asks for, with their slots and
+-- leases (the three arrays, of one length).
+SELECT w.queue, w.slots, w.lease_seconds
+FROM unnest({queues}, {slots}, {lease_seconds})
+     AS w (queue, slots, lease_seconds)
+WHERE w.slots > 0
+  -- A queue with a limit is claimed by claim_limited only, so a claim in
+  -- flight when a limit is set cannot run past it (flow-control.md).
+  AND NOT EXISTS (
+      SELECT FROM {schema}.queue AS q
+      WHERE q.name = w.queue
+        AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
+             OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
+
+-- fragment: plain_range
+-- Each wanted queue's ready jobs with neither a pattern nor a key: one range
+-- scan of job_claim_idx (claim, claim_plain).
+plain AS (
+    SELECT c.*, wanted.queue, wanted.slots
+    FROM wanted
+    CROSS JOIN LATERAL (
+        {ready_range(
+            queue => wanted.queue, clock => now(), limit => wanted.slots,
+            lease_seconds => wanted.lease_seconds,
+            range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL)}
+    ) AS c
+)
+
+-- fragment: limited_markers(queues, slots)
 -- A queue passed over for its limits says so ('limited' row): the worker
 -- claims it with claim_limited from then on, learning of a limit from the
--- claim itself rather than by reading the queues' limits on the side.
+-- claim itself rather than by reading the queues' limits on the side
+-- (claim, claim_plain).
 SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
        NULL, NULL, NULL, NULL
-FROM unnest(%(queues)s::text[], %(slots)s::integer[]) AS w (queue, slots)
+FROM unnest({queues}, {slots}) AS w (queue, slots)
 WHERE w.slots > 0
   AND EXISTS (
       SELECT FROM {schema}.queue AS q
       WHERE q.name = w.queue
         AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
-             OR q.rate_limit IS NOT NULL));
+             OR q.rate_limit IS NOT NULL))
 
 -- name: complete_jobs
 -- Fenced, batched completions. status is 'completed', or 'cancelled' for a

@@ -16,9 +16,10 @@ runs on the worker's loop: no locks.
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from collections.abc import Mapping
+
+from portqueue.worker.stopping import Wake
 
 
 class Demand:
@@ -28,7 +29,7 @@ class Demand:
         self._backlogged: set[str] = set()
         self._wanted: set[str] = set(self._concurrency)
         # Set when a wanted queue gains a free slot: the fetcher waits on it.
-        self.changed = asyncio.Event()
+        self.changed = Wake()
         # The poll interval's multiple between polls (the listener sets it:
         # a worker among many that hears no wake-ups polls more rarely).
         self.poll_stretch = 1.0

@@ -31,6 +31,10 @@ from portqueue.worker.stopping import Stopping
 log = logging.getLogger("portqueue.worker")
 
 RECONNECT_MAX_SECONDS = 10.0
+# How long the worker claims with ``claim`` after ``claim_plain`` found a
+# pending job with a pattern or a key, before it tries the lighter one again
+# (one claim that finds nothing and says so, at most this often).
+FULL_CLAIM_SECONDS = 10.0
 
 
 class Fetcher:
@@ -70,6 +74,9 @@ class Fetcher:
         self.refills_settled = asyncio.Event()
         self.refills_settled.set()
         self._looping = False
+        # Until when the plain claims go through ``claim`` (loop time): see
+        # FULL_CLAIM_SECONDS. Before, ``claim_plain``.
+        self._full_until = float("-inf")
 
     async def connect(self) -> psycopg.AsyncConnection[Any]:
         # Claims run on a connection of their own, not one from the pool: no
@@ -249,7 +256,17 @@ class Fetcher:
             self._settings.queries, slots=asked,
             lease_seconds={name: self._queues[name].lease_seconds for name in asked},
             limited=self._limits.queues, worker_id=self._worker_id,
+            plain_only=asyncio.get_running_loop().time() >= self._full_until,
             **self._patterns.claim_params())
+
+    def _mixed(self, rows: list[Claimed]) -> tuple[list[Claimed], bool]:
+        """A plain claim's rows without claim_plain's ``MIXED`` marker, and
+        whether it had one (it claimed nothing: claim again with ``claim``,
+        now and for FULL_CLAIM_SECONDS)."""
+        if not any(row.status == ops.MIXED for row in rows):
+            return rows, False
+        self._full_until = asyncio.get_running_loop().time() + FULL_CLAIM_SECONDS
+        return [row for row in rows if row.status != ops.MIXED], True
 
     async def _claim(self, asked: dict[str, int]) -> list[Claimed]:
         """Claim up to ``asked`` slots per queue and start what was claimed;
@@ -261,8 +278,11 @@ class Fetcher:
                 turned: list[str] = []
                 for transaction in transactions:
                     if len(transaction) == 1:  # the plain claim
-                        got = await self._connections.within(
-                            conn, fetch_async(conn, transaction[0], Claimed.rows))
+                        got, mixed = self._mixed(await self._connections.within(
+                            conn, fetch_async(conn, transaction[0], Claimed.rows)))
+                        if mixed:
+                            # claim_plain claimed none of its queues: all again.
+                            turned += [name for name in asked if name not in self._limits.queues]
                     else:
                         got = await self._connections.within(
                             conn, self._limits.claim(conn, transaction))
@@ -270,8 +290,10 @@ class Fetcher:
                     rows += jobs
                     turned += limited
                 # Queues the plain claim passed over for their limits: claimed
-                # the limited way now, not at their next wake-up.
-                transactions = self._transactions({name: asked[name] for name in turned})
+                # the limited way now, not at their next wake-up (and those
+                # claim_plain left to claim).
+                transactions = self._transactions(
+                    {name: asked[name] for name in dict.fromkeys(turned)}) if turned else []
             await self._patterns.judge_unjudged(conn, self._settings.queries, rows)
         self._start_rows(rows)
         return rows

@@ -155,6 +155,9 @@ class Listener:
             log.info("worker %s: LISTEN connection back", self._worker_id)
 
     async def _listen(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        # What arrives while this session runs a statement (the rank, a pass,
+        # a probe) psycopg reads itself: it goes to _heard at once.
+        conn.add_notify_handler(self._heard)
         # Before LISTEN, so that LISTEN is the session's last statement in
         # pg_stat_activity until the first health check (operators look).
         await self._rank(conn)
@@ -168,10 +171,10 @@ class Listener:
         while not self._stopping():
             checked_at = loop.time() + self._check_seconds
             while True:
-                # What arrived, and what came in during the last statements
-                # (psycopg keeps those aside): one read of the socket, no wait.
-                async for notify in conn.notifies(timeout=0):
-                    self._heard(notify)
+                # What arrived: one read of the socket, no wait. The fetcher
+                # it woke claims first: this loop's own work waits a turn.
+                if self._read(conn):
+                    await asyncio.sleep(0)
                 await self._pass_on(conn)
                 left = checked_at - loop.time()
                 if left <= 0:
@@ -185,6 +188,25 @@ class Listener:
             except asyncio.TimeoutError:
                 raise asyncio.TimeoutError(
                     f"no answer to SELECT 1 within {self._check_seconds / 3:.1f}s") from None
+
+    def _read(self, conn: psycopg.AsyncConnection[Any]) -> bool:
+        """The notifications the socket holds, read and handled here, without
+        a wait. Not psycopg's ``notifies(timeout=0)``: its lock, its wait and
+        its deadline took about 0.1 ms between a NOTIFY's arrival and the
+        fetcher's wake-up, a tenth of an idle worker's start latency
+        (docs/performance.md, "latency (session 2026-12-03)"). A lost
+        connection fails here (OperationalError), as a statement would.
+        Whether any arrived."""
+        pgconn = conn.pgconn
+        pgconn.consume_input()
+        notify = pgconn.notifies()
+        heard = notify is not None
+        while notify is not None:
+            encoding = conn.info.encoding
+            self._heard(psycopg.Notify(notify.relname.decode(encoding),
+                                       notify.extra.decode(encoding), notify.be_pid))
+            notify = pgconn.notifies()
+        return heard
 
     def _heard(self, notify: psycopg.Notify) -> None:
         queue = notify.payload

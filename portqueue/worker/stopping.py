@@ -15,9 +15,55 @@ from collections.abc import Coroutine
 from typing import Any
 
 
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class Wake:
+    """What ``asyncio.Event`` gives a loop (set, clear, is_set, wait), with
+    waiters that are plain futures, so that ``Stopping.wait_for`` waits on
+    "this, stop, or a deadline" with one future and no task: the fetcher's
+    wake-up after a NOTIFY went from about 0.05 ms (two tasks and
+    ``asyncio.wait``, three trips through the loop) to one trip
+    (docs/performance.md, "latency (session 2026-12-03)")."""
+
+    def __init__(self) -> None:
+        self._set = False
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    def set(self) -> None:
+        self._set = True
+        for waiter in self._waiters:
+            _resolve(waiter)
+
+    def add_waiter(self, waiter: asyncio.Future[None]) -> None:
+        """``waiter`` resolves at the next set() (a wait on several things)."""
+        self._waiters.add(waiter)
+
+    def discard_waiter(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
+
+    def clear(self) -> None:
+        self._set = False
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.add(waiter)
+        try:
+            await waiter
+        finally:
+            self._waiters.discard(waiter)
+
+
 class Stopping:
     def __init__(self) -> None:
-        self._event = asyncio.Event()
+        self._event = Wake()
 
     def set(self) -> None:
         self._event.set()
@@ -46,13 +92,31 @@ class Stopping:
         if not task.cancelled():
             task.result()  # its error, if it failed
 
-    async def wait_for(self, event: asyncio.Event | None, timeout: float | None) -> None:
+    async def wait_for(self, event: asyncio.Event | Wake | None, timeout: float | None) -> None:
         """Until ``event`` is set, ``timeout`` passes, or stop is requested."""
         if self._event.is_set() or (event is not None and event.is_set()):
             return
-        waiters = [asyncio.ensure_future(self._event.wait())]
-        if event is not None:
-            waiters.append(asyncio.ensure_future(event.wait()))
+        if isinstance(event, asyncio.Event):
+            await self._wait_for_event(event, timeout)
+            return
+        # One future that stop, the event and the deadline each resolve; a
+        # cancellation of this wait reaches the await below as it is.
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+        wakes = [self._event] if event is None else [self._event, event]
+        for wake in wakes:
+            wake.add_waiter(woken)
+        timer = None if timeout is None else loop.call_later(timeout, _resolve, woken)
+        try:
+            await woken
+        finally:
+            if timer is not None:
+                timer.cancel()
+            for wake in wakes:
+                wake.discard_waiter(woken)
+
+    async def _wait_for_event(self, event: asyncio.Event, timeout: float | None) -> None:
+        waiters = [asyncio.ensure_future(self._event.wait()), asyncio.ensure_future(event.wait())]
         try:
             # asyncio.wait, not wait_for: it never swallows a cancellation.
             await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

@@ -204,6 +204,89 @@ WHERE w.slots > 0
         AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
              OR q.rate_limit IS NOT NULL));
 
+-- name: claim_plain
+WITH mixed AS MATERIALIZED (
+    SELECT (SELECT j.queue FROM "portqueue".job AS j
+            WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL
+            ORDER BY j.queue LIMIT 1) IS NOT NULL
+           OR (SELECT j.queue FROM "portqueue".job AS j
+               WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
+                 AND j.partition_key IS NOT NULL
+               ORDER BY j.queue LIMIT 1) IS NOT NULL AS found
+),
+wanted AS (
+    SELECT w.queue, w.slots, w.lease_seconds
+    FROM unnest((SELECT %(queues)s::text[]), (SELECT %(slots)s::integer[]), (SELECT %(lease_seconds)s::integer[]))
+         AS w (queue, slots, lease_seconds)
+    WHERE w.slots > 0
+      AND NOT EXISTS (
+          SELECT FROM "portqueue".queue AS q
+          WHERE q.name = w.queue
+            AND (q.paused IS NOT NULL OR q.global_concurrency IS NOT NULL
+                 OR q.partition_concurrency IS NOT NULL OR q.rate_limit IS NOT NULL))
+      AND NOT (SELECT m.found FROM mixed AS m)
+),
+plain AS (
+    SELECT c.*, wanted.queue, wanted.slots
+    FROM wanted
+    CROSS JOIN LATERAL (
+        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+               j.preferred_instance_key_pattern AS pattern,
+               wanted.lease_seconds AS lease_seconds
+        FROM "portqueue".job AS j
+        WHERE j.queue = wanted.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+          AND j.start_after <= now()
+        ORDER BY j.priority DESC, j.start_after, j.seq
+        LIMIT wanted.slots
+        FOR UPDATE OF j SKIP LOCKED
+    ) AS c
+),
+claimed AS (
+    UPDATE "portqueue".job AS j
+    SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::"portqueue".job_status,
+        attempt = j.attempt + CASE WHEN c.expired THEN 0 ELSE 1 END,
+        started_at = CASE WHEN c.expired THEN j.started_at ELSE statement_timestamp() END,
+        finished_at = CASE WHEN c.expired THEN statement_timestamp() END,
+        lease_token = coalesce(j.lease_token, 0) + 1,
+        lease_expires_at = CASE WHEN c.expired THEN NULL
+                                ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
+        worker_id = %(worker_id)s
+    FROM plain AS c
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT p.id FROM plain AS p))
+      AND j.status = 'pending'
+    RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
+              j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
+              j.retry_delay_seconds, j.backoff_strategy, j.backoff_factor,
+              j.backoff_max_delay_seconds, j.backoff_jitter,
+              j.cancel_requested_at IS NOT NULL AS cancel_requested,
+              j.attrs ->> 'traceparent' AS traceparent,
+              CASE WHEN j.depends_on IS NOT NULL THEN (
+                  SELECT jsonb_object_agg(
+                             CASE WHEN j.flow_id IS NOT NULL AND p.flow_id = j.flow_id
+                                  THEN p.flow_key ELSE p.id::text END,
+                             p.output)::text
+                  FROM "portqueue".job AS p WHERE p.id = ANY(j.depends_on)) END
+                  AS parent_outputs_json
+)
+SELECT * FROM claimed
+UNION ALL
+SELECT NULL, NULL, 'mixed', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM mixed AS m
+WHERE m.found
+UNION ALL
+SELECT NULL, w.queue, 'limited', NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+       NULL, NULL, NULL, NULL
+FROM unnest((SELECT %(queues)s::text[]), (SELECT %(slots)s::integer[])) AS w (queue, slots)
+WHERE w.slots > 0
+  AND EXISTS (
+      SELECT FROM "portqueue".queue AS q
+      WHERE q.name = w.queue
+        AND (q.global_concurrency IS NOT NULL OR q.partition_concurrency IS NOT NULL
+             OR q.rate_limit IS NOT NULL));
+
 -- name: complete_jobs
 WITH d AS MATERIALIZED (
     SELECT *

@@ -223,7 +223,8 @@ def test_claims_run_on_one_session_of_their_own(harness: SyncHarness, db: Db) ->
                           [fetcher]).fetchone() or (None,)
     # A claim (its text may be cut before SKIP LOCKED by track_activity_query_size), or
     # the once-a-second read of the queues' flow-control limits.
-    claims = ("WITH RECURSIVE wanted AS", "WITH wanted AS", "SELECT q.name")
+    claims = ("WITH RECURSIVE wanted AS", "WITH mixed AS", "WITH wanted AS",
+              "SELECT q.name")
     assert query is not None and query.startswith(claims), "its last statement is a claim"
     harness.close()
     wait_until(lambda: not backends(db, "portqueue:fetcher"), what="the fetcher to close")
