@@ -116,10 +116,16 @@ def outside_transaction(*statements: str, indexes: tuple[str, ...] = ()) -> None
             "a connection pooler such as PgBouncer")
     with op.get_context().autocommit_block():
         for index in () if offline else indexes:  # --sql: an empty database
+            # The name as the catalog has it, quoted part by part: the caller's
+            # text may quote the schema or not.
             invalid = op.get_bind().execute(text(
-                "SELECT FROM pg_index WHERE indexrelid = to_regclass(:index) AND NOT indisvalid"),
+                "SELECT n.nspname, c.relname FROM pg_index AS i"
+                " JOIN pg_class AS c ON c.oid = i.indexrelid"
+                " JOIN pg_namespace AS n ON n.oid = c.relnamespace"
+                " WHERE i.indexrelid = to_regclass(:index) AND NOT i.indisvalid"),
                 {"index": index}).first()
             if invalid is not None:
-                op.execute(f"DROP INDEX CONCURRENTLY {index}")
+                op.execute(sql.SQL("DROP INDEX CONCURRENTLY {}").format(
+                    sql.Identifier(invalid.nspname, invalid.relname)).as_string())
         for statement in statements:
             op.execute(statement)
