@@ -13,6 +13,7 @@ docs/schema.md quotes.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import uuid
 from typing import Any
@@ -22,6 +23,7 @@ from psycopg import sql
 
 from portqueue import PortQueue
 from portqueue.queries import Query, queries_for
+from portqueue.worker import connections
 from tests.support.plans import explain, load_history, plan_nodes
 
 Db = psycopg.Connection[Any]
@@ -56,6 +58,62 @@ def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,
     assert root["Actual Rows"] == CLAIMED
     buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
     assert buffers <= MAX_BUFFERS, f"{buffers} buffers for a claim of {CLAIMED}"
+
+
+def generic_plan(db: Db, query: Query) -> dict[str, Any]:
+    """EXPLAIN ANALYZE of ``query`` on the plan the worker's claim session
+    runs it on: prepared, under plan_cache_mode = force_generic_plan (rolled back)."""
+    names: list[str] = []
+
+    def position(match: re.Match[str]) -> str:
+        if match[1] not in names:
+            names.append(match[1])
+        return f"${names.index(match[1]) + 1}"
+
+    # Every parameter of the claim carries its cast, so PREPARE infers its type.
+    prepared = re.sub(r"%\((\w+)\)s", position, query.sql).replace("%%", "%")
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    db.execute(sql.SQL("PREPARE claim_generic AS {}").format(sql.SQL(prepared)))
+    try:
+        arguments = sql.SQL(", ").join(sql.Literal(query.params[name]) for name in names)
+        with db.transaction(force_rollback=True):
+            ((result,),) = psycopg.ClientCursor(db).execute(sql.SQL(
+                "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) "
+                "EXECUTE claim_generic ({})").format(arguments)).fetchall()
+        ((generic,),) = db.execute("SELECT generic_plans FROM pg_prepared_statements "
+                                   "WHERE name = 'claim_generic'").fetchall()
+        assert generic >= 1, "EXPLAIN EXECUTE ran the generic plan"
+    finally:
+        db.execute("DEALLOCATE claim_generic")
+        db.execute("RESET plan_cache_mode")
+    plan: dict[str, Any] = result[0]["Plan"]
+    return plan
+
+
+def test_the_claims_generic_plan_reads_a_few_pages_too(pq: PortQueue, db: Db,
+                                                        schema: str) -> None:
+    # The worker's claim session plans the claim once (connections.role_kwargs):
+    # that plan must cost what it claims as a fresh one does.
+    pq.add_jobs(queue="plan", jobs=[{"data": {"n": n}} for n in range(READY)])
+    load_history(db, schema)
+
+    root = generic_plan(db, claim_query(schema))
+    nodes = list(plan_nodes(root))
+    scanned = [node.get("Relation Name") for node in nodes if node["Node Type"] == "Seq Scan"]
+    assert "job" not in scanned, json.dumps(root, indent=1)
+    assert any(node.get("Index Name") == "job_claim_idx" for node in nodes)
+    assert root["Actual Rows"] == CLAIMED
+    buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
+    assert buffers <= MAX_BUFFERS, f"{buffers} buffers for a claim of {CLAIMED}"
+
+
+def test_the_claim_session_keeps_one_plan_of_each_statement(pq: PortQueue) -> None:
+    settings = pq._settings
+    with psycopg.connect(settings.dsn, **connections.role_kwargs(settings, "fetcher")) as conn:
+        assert conn.execute("SHOW plan_cache_mode").fetchall() == [("force_generic_plan",)]
+    # The pool's sessions keep the server's default.
+    with psycopg.connect(settings.dsn, **connections.role_kwargs(settings, "worker")) as conn:
+        assert conn.execute("SHOW plan_cache_mode").fetchall() == [("auto",)]
 
 
 def main(dsn: str) -> None:
