@@ -32,13 +32,12 @@ from portqueue.worker.outcomes import (
     Outcome,
     Settled,
     Snoozed,
-    Unsure,
     event_of,
-    failure,
     slot_freeing_counts,
     slot_freeing_queues,
 )
 from portqueue.worker.refill import Refill
+from portqueue.worker.settled import resolve_unsure, settled_by_lease
 from portqueue.worker.state import Running
 
 log = logging.getLogger("portqueue.worker")
@@ -61,16 +60,11 @@ LINGER_SECONDS = 0.005
 # A batch of at least SPLIT_MIN outcomes that frees slots of a limited queue
 # the refill claims again is written in two halves side by side (the first
 # on a write of its own, beside the main one): a limited slot frees only when
-# its outcome commits, so with the whole batch in one write, nothing of the
-# queue runs from that write's start until its commit returns; in halves,
-# one half's jobs run, and their outcomes are built, while the other half's
-# write and claim are on the server. Once started, the write beside goes on
-# with the outcomes that wait while the main write is in flight, so the two
-# take turns. Each write has its fixed cost (a round trip, a commit, the
-# limited claim's own), so halves must be large: measured
-# (docs/performance.md, "limited"), halves of 50 drained a
-# global_concurrency=100 queue 1.1-1.3x faster, halves of 25 (50 keys at
-# partition_concurrency=1) 0.87x.
+# its outcome commits, so in halves one half's jobs run while the other
+# half's write and claim are on the server. Once started, the write beside
+# goes on with the outcomes that wait while the main write is in flight, so
+# the two take turns. Each write has its fixed cost, so halves must be large
+# (docs/performance.md, "limited": small halves were slower than whole).
 SPLIT_MIN = 64
 # Shutting down with no database: after this many failed writes in a row the
 # outcomes are given up (their leases lapse and the rescuer hands the jobs out).
@@ -253,7 +247,7 @@ class Completer:
             await self._write_isolating(batch[middle:])
 
     async def _write(self, batch: list[Outcome]) -> None:
-        batch = await self._resolve_unsure(batch)
+        batch = await resolve_unsure(self._connections, self.q, batch)
         completions = [o for o in batch if isinstance(o, Completion)]
         failures = [o for o in batch if isinstance(o, Failure)]
         snoozes = [o for o in batch if isinstance(o, Snoozed)]
@@ -276,7 +270,7 @@ class Completer:
         if missing:
             # A retried batch whose first COMMIT landed unanswered finds its
             # rows already completed by the same lease token: written, not lost.
-            statuses = await self._settled_by_lease(missing)
+            statuses = await settled_by_lease(self._connections, self.q, missing)
             written.update(c.running.claimed.id for c in missing
                            if statuses.get(c.running.claimed.id) == c.status)
         self._report(batch, written, refilled)
@@ -294,31 +288,6 @@ class Completer:
             if written is not None:
                 return written
         return await self._connections.execute(*queries), set()
-
-    async def _settled_by_lease(self, outcomes: list[Completion] | list[Unsure]) -> dict[str, str]:
-        """The status of each job whose row still holds the outcome's lease token."""
-        leases = [o.running.lease for o in outcomes]
-        (rows,) = await self._connections.execute(ops.settled_by_lease(self.q, leases))
-        return ops.settled_statuses(rows)
-
-    async def _resolve_unsure(self, batch: list[Outcome]) -> list[Outcome]:
-        """Turn each unanswered transactional COMMIT into what happened: the
-        completion landed (settled), it did not (the attempt failed, nothing
-        of it written), or the lease was lost meanwhile."""
-        unsure = [o for o in batch if isinstance(o, Unsure)]
-        if not unsure:
-            return batch
-        statuses = await self._settled_by_lease(unsure)
-        resolved: list[Outcome] = [o for o in batch if not isinstance(o, Unsure)]
-        for outcome in unsure:
-            status = statuses.get(outcome.running.claimed.id)
-            if status == "active":
-                resolved.append(failure(outcome.running, outcome.error))
-            else:
-                landed = status == outcome.completion.status
-                resolved.append(Settled(outcome.running, completed=landed,
-                                        status=outcome.completion.status))
-        return resolved
 
     def _report(self, batch: list[Outcome], written: set[str], refilled: set[str]) -> None:
         events: dict[str, list[str]] = {}
