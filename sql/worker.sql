@@ -91,14 +91,8 @@ WITH RECURSIVE wanted AS (
 -- pins the probe to job_claim_keyed_idx: an EXISTS may be planned as a
 -- scan of the table.)
 keyed AS (
-    SELECT c.*, wanted.queue, wanted.slots
-    FROM wanted
-    CROSS JOIN LATERAL (
-        {ready_range(
-            queue => wanted.queue, clock => now(), limit => wanted.slots,
-            lease_seconds => wanted.lease_seconds,
-            range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL)}
-    ) AS c
+    {wanted_range(
+        range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL)}
     WHERE (SELECT j.queue FROM {schema}.job AS j
            WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
              AND j.partition_key IS NOT NULL
@@ -266,15 +260,20 @@ WHERE w.slots > 0
 -- Each wanted queue's ready jobs with neither a pattern nor a key: one range
 -- scan of job_claim_idx (claim, claim_plain).
 plain AS (
-    SELECT c.*, wanted.queue, wanted.slots
-    FROM wanted
-    CROSS JOIN LATERAL (
-        {ready_range(
-            queue => wanted.queue, clock => now(), limit => wanted.slots,
-            lease_seconds => wanted.lease_seconds,
-            range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL)}
-    ) AS c
+    {wanted_range(
+        range => j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL)}
 )
+
+-- fragment: wanted_range(range)
+-- Each wanted queue's ready jobs in range, with the queue and its slots: one
+-- range scan per queue (claim's plain and keyed ranges, claim_plain's plain).
+SELECT c.*, wanted.queue, wanted.slots
+FROM wanted
+CROSS JOIN LATERAL (
+    {ready_range(
+        queue => wanted.queue, clock => now(), limit => wanted.slots,
+        lease_seconds => wanted.lease_seconds, range => {range})}
+) AS c
 
 -- fragment: limited_markers(queues, slots)
 -- A queue passed over for its limits says so ('limited' row): the worker
