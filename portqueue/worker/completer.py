@@ -39,6 +39,7 @@ from portqueue.worker.outcomes import (
 from portqueue.worker.refill import Refill
 from portqueue.worker.settled import resolve_unsure, settled_by_lease
 from portqueue.worker.state import Running
+from portqueue.worker.stopping import Wake
 
 log = logging.getLogger("portqueue.worker")
 
@@ -95,7 +96,7 @@ class Completer:
         self._writing_beside: list[Outcome] = []
         self._ready = asyncio.Event()
         self._closing = False
-        self.room = asyncio.Event()
+        self.room = Wake()
         self.room.set()
         # What was written, by kind (completed, failed, retried, cancelled,
         # snoozed): drain's result. ``idle`` is set while nothing waits to be

@@ -26,7 +26,7 @@ from portqueue.worker.limits import Limits
 from portqueue.worker.patterns import UNJUDGED, PatternVerdicts
 from portqueue.worker.registry import QueueSpec
 from portqueue.worker.state import Claimed
-from portqueue.worker.stopping import Stopping
+from portqueue.worker.stopping import Stopping, Wake
 
 log = logging.getLogger("portqueue.worker")
 
@@ -40,7 +40,7 @@ FULL_CLAIM_SECONDS = 10.0
 class Fetcher:
     def __init__(self, settings: Settings, connections: Connections,
                  queues: Mapping[str, QueueSpec], demand: Demand, stopping: Stopping,
-                 room: asyncio.Event, poll_interval: float, worker_id: str,
+                 room: Wake, poll_interval: float, worker_id: str,
                  start: Callable[[Claimed, bool], None],
                  started: Callable[[list[str]], None],
                  unwritten: Callable[[], set[str]] = set) -> None:

@@ -25,7 +25,7 @@ from portqueue.queries import Queries, Query
 from portqueue.worker.connections import Connections
 from portqueue.worker.events import EventDispatch
 from portqueue.worker.state import Running
-from portqueue.worker.stopping import Stopping
+from portqueue.worker.stopping import Stopping, Wake
 
 log = logging.getLogger("portqueue.worker")
 
@@ -48,7 +48,7 @@ class Heartbeat:
         self._worker_id = worker_id
         self._leases = leases
         self._session = session
-        self._now = asyncio.Event()
+        self._now = Wake()
         self._loop = asyncio.get_running_loop()
 
     def soon(self) -> None:

@@ -192,8 +192,7 @@ class Listener:
     def _read(self, conn: psycopg.AsyncConnection[Any]) -> bool:
         """The notifications the socket holds, read and handled here, without
         a wait. Not psycopg's ``notifies(timeout=0)``: its lock, its wait and
-        its deadline took about 0.1 ms between a NOTIFY's arrival and the
-        fetcher's wake-up, a tenth of an idle worker's start latency
+        its deadline were a tenth of an idle worker's start latency
         (docs/performance.md, "latency (session 2026-12-03)"). A lost
         connection fails here (OperationalError), as a statement would.
         Whether any arrived."""
@@ -201,8 +200,8 @@ class Listener:
         pgconn.consume_input()
         notify = pgconn.notifies()
         heard = notify is not None
+        encoding = conn.info.encoding
         while notify is not None:
-            encoding = conn.info.encoding
             self._heard(psycopg.Notify(notify.relname.decode(encoding),
                                        notify.extra.decode(encoding), notify.be_pid))
             notify = pgconn.notifies()

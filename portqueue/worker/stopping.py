@@ -23,10 +23,10 @@ def _resolve(waiter: asyncio.Future[None]) -> None:
 class Wake:
     """What ``asyncio.Event`` gives a loop (set, clear, is_set, wait), with
     waiters that are plain futures, so that ``Stopping.wait_for`` waits on
-    "this, stop, or a deadline" with one future and no task: the fetcher's
-    wake-up after a NOTIFY went from about 0.05 ms (two tasks and
-    ``asyncio.wait``, three trips through the loop) to one trip
-    (docs/performance.md, "latency (session 2026-12-03)")."""
+    "this, stop, or a deadline" with one future and no task (two tasks and
+    ``asyncio.wait`` took three trips through the loop; docs/performance.md,
+    "latency (session 2026-12-03)"). Every wait of the worker's loops that
+    stop must end is on one."""
 
     def __init__(self) -> None:
         self._set = False
@@ -92,12 +92,9 @@ class Stopping:
         if not task.cancelled():
             task.result()  # its error, if it failed
 
-    async def wait_for(self, event: asyncio.Event | Wake | None, timeout: float | None) -> None:
+    async def wait_for(self, event: Wake | None, timeout: float | None) -> None:
         """Until ``event`` is set, ``timeout`` passes, or stop is requested."""
         if self._event.is_set() or (event is not None and event.is_set()):
-            return
-        if isinstance(event, asyncio.Event):
-            await self._wait_for_event(event, timeout)
             return
         # One future that stop, the event and the deadline each resolve; a
         # cancellation of this wait reaches the await below as it is.
@@ -115,11 +112,3 @@ class Stopping:
             for wake in wakes:
                 wake.discard_waiter(woken)
 
-    async def _wait_for_event(self, event: asyncio.Event, timeout: float | None) -> None:
-        waiters = [asyncio.ensure_future(self._event.wait()), asyncio.ensure_future(event.wait())]
-        try:
-            # asyncio.wait, not wait_for: it never swallows a cancellation.
-            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiter in waiters:
-                waiter.cancel()
