@@ -97,8 +97,7 @@ def role_kwargs(settings: Settings, role: str) -> dict[str, Any]:
     if role == "fetcher":
         # The plan cache keeps planning the plain claim afresh for every claim
         # of more than a few jobs (its generic plan's estimate loses to the
-        # custom ones'): about 1 ms a 100-job claim, a fifth of a drain's
-        # claim cycle, for a plan that runs no faster. Every statement of this
+        # custom ones'), for a plan that runs no faster. Every statement of this
         # session is written to cost what it touches on any plan (the claims
         # pin their rows by id, the heartbeat's by primary key; claim_limited
         # gets a generic plan under the default anyway): docs/performance.md,
