@@ -20,11 +20,12 @@ from psycopg.conninfo import make_conninfo
 from portqueue import AddJobResult, DeduplicationReason, JobStatus, PortQueue
 from portqueue.tx import from_psycopg
 from tests.support.activity import waiting_on_locks
-from tests.support.rows import CallerTx, count_jobs, count_rows, is_async
+from tests.support.rows import CallerTx, count_jobs, count_rows, finish, is_async, make_active
 from tests.support.waiting import wait_until
 
 Db = psycopg.Connection[Any]
 ADDS = 50
+MANY_ADDS = 400
 # Connections a test holds open at once stay well under max_connections (100),
 # with other xdist workers' tests running beside it.
 CONNECTIONS = 12
@@ -77,6 +78,25 @@ def test_fifty_concurrent_adds_with_one_idempotency_key(
     assert count_jobs(db, schema) == 1
     assert count_jobs(db, schema, f"id = '{job_id}' AND idempotency_key = 'charge:42'") == 1
     assert count_rows(db, schema, "queue") == 1, "the queue row was created once"
+
+
+@pytest.mark.parametrize("first", ["pending", "active", "completed"])
+def test_four_hundred_concurrent_adds_meet_the_first_job_whatever_its_status(
+    both_clients: Any, db: Db, schema: str, first: str
+) -> None:
+    # Issue 24: the key holds for as long as the job is kept, wherever the
+    # first job's row is (a partitioned history moves it when it finishes).
+    original = both_clients.add_job(queue="payments", data={}, idempotency_key="charge:400")
+    if first == "active":
+        make_active(db, schema, original.job_id)
+    elif first == "completed":
+        finish(db, schema, original.job_id, first)
+    results = add_concurrently(both_clients, MANY_ADDS, queue="payments",
+                               idempotency_key="charge:400")
+    assert {r.job_id for r in results} == {original.job_id}
+    assert all(r.deduplicated and r.deduplication_reason is DeduplicationReason.IDEMPOTENCY
+               and r.status is JobStatus(first) for r in results)
+    assert count_jobs(db, schema) == 1
 
 
 def test_fifty_concurrent_adds_with_one_singleton_key(

@@ -23,7 +23,7 @@ from psycopg.rows import dict_row
 
 from portqueue import JobStatus, PauseMode, PortQueue
 from portqueue.maintenance.scheduler import Scheduler
-from tests.support.rows import count_rows, db_now, schedule_row, spawned_jobs
+from tests.support.rows import count_rows, db_now, finish, schedule_row, spawned_jobs
 from tests.support.services import run_once, service_pool, settings_for
 from tests.support.waiting import wait_until
 
@@ -123,6 +123,30 @@ def test_job_options_resolve_against_the_queue_defaults_at_spawn(
     (job,) = spawned_jobs(db, schema, added.schedule_id)
     assert (job["max_attempts"], job["retry_delay_seconds"], job["timeout_seconds"]) == (4, 9, 11)
     assert job["retention_ttl_seconds"] is None  # resolved when pruning, as for add_job
+
+
+@pytest.mark.parametrize("status", ["completed", "failed"])
+def test_a_tick_spawned_again_after_its_job_finished_adds_no_second_job(
+    pq: PortQueue, db: Db, pg_dsn: str, schema: str, status: str
+) -> None:
+    # A scheduler that read the schedule before the tick advanced (or a
+    # restored backup) can meet a tick whose job is already history. The tick
+    # key must hold for as long as the job is kept, not only while it is live:
+    # the case a partitioned history (issue 24) keeps with schedule_tick.
+    added = pq.add_job(queue="reports", data={}, schedule={"start_every_seconds": 60})
+    assert added.schedule_id
+    tick = make_due(db, schema, added.schedule_id)
+    assert spawn(pg_dsn, schema) == 1
+    (job,) = spawned_jobs(db, schema, added.schedule_id)
+    finish(db, schema, str(job["id"]), status)
+
+    query = sql.SQL("UPDATE {} SET next_run_at = %s WHERE id = %s").format(
+        sql.Identifier(schema, "schedule"))
+    db.execute(query, [tick, added.schedule_id])
+    assert spawn(pg_dsn, schema) == 0
+    (again,) = spawned_jobs(db, schema, added.schedule_id)
+    assert again["id"] == job["id"] and again["status"] == status
+    assert schedule_row(db, schema, added.schedule_id)["next_run_at"] > tick, "it advanced"
 
 
 def test_a_schedule_not_yet_due_spawns_nothing(pq: PortQueue, db: Db, pg_dsn: str,
