@@ -120,6 +120,9 @@ def prepare(dsn: str, scenario: str, jobs: int, rate: int) -> None:
                                 rate_limit={"limit": rate, "period_seconds": 1})
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM (ANALYZE)")
+        # The adds' WAL would otherwise bring the next checkpoint forward into
+        # some drains and not others: each drain starts just after one.
+        conn.execute("CHECKPOINT")
 
 
 def work(dsn: str, jobs: int, concurrency: int) -> None:
@@ -194,6 +197,13 @@ def server_cpu(dsn: str) -> float | None:
         return None
 
 
+def checkpoints(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        (n,) = conn.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter"
+                            ).fetchone() or (0,)
+    return int(n)
+
+
 def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str,
             with_statements: bool = False) -> dict[str, Any]:
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -204,10 +214,10 @@ def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str,
     child("prepare", scenario, bench, before, "--jobs", str(n), "--rate", str(rate))
     if with_statements:
         statements(dsn, reset=True)
-    server_before = server_cpu(dsn)
+    server_before, checkpoints_before = server_cpu(dsn), checkpoints(dsn)
     log = child("work", scenario, bench, before, "--jobs", str(n),
                 "--concurrency", str(setup(scenario)[2]))
-    server_after = server_cpu(dsn)
+    server_after, checkpoints_after = server_cpu(dsn), checkpoints(dsn)
     drained = statements(dsn, reset=False) if with_statements else None
     with psycopg.connect(bench) as conn:
         first, last, done = conn.execute(
@@ -233,7 +243,9 @@ def measure(dsn: str, scenario: str, jobs: int, rate: int, before: str,
         "largest_gap": gaps[-1] if gaps else 0.0,
         "median_gap": statistics.median(gaps) if gaps else 0.0,
         # The worker's log, its last 20,000 characters (empty when all went well).
-        "worker_log": log[-20000:], "autovacuums": vacuums}
+        "worker_log": log[-20000:], "autovacuums": vacuums,
+        # Checkpoints that began during the drain (its full-page writes).
+        "checkpoints": checkpoints_after - checkpoints_before}
     for line in log.splitlines():
         if line.startswith("worker_cpu_seconds "):
             result["worker_cpu_seconds"] = float(line.split()[1])
@@ -284,7 +296,7 @@ def main() -> None:
             got = results[scenario]
             print(f"run {run + 1} {scenario}: {got['rate']:,.0f} jobs/s, "
                   f"{got['jobs_per_claim']:.0f} jobs a claim, largest gap "
-                  f"{got['largest_gap'] * 1000:.0f} ms"
+                  f"{got['largest_gap'] * 1000:.0f} ms, {got['checkpoints']} checkpoint(s)"
                   + (f", {len(got['worker_log'].splitlines())} log lines"
                      if got["worker_log"] else "")
                   + (f", start rate {results[scenario]['start_rate']:.1f}/s"
