@@ -595,28 +595,32 @@ budget AS (
         FROM limits AS l), 0)::integer AS n
 ),
 -- The distinct keys of pending jobs, one index probe each (a loose index
--- scan of job_partition_idx), for queues limited per key only.
-keys (partition_key) AS (
-    (SELECT j.partition_key FROM {schema}.job AS j
+-- scan of job_partition_idx), for queues limited per key only, each with its
+-- highest pending priority (the first entry of its range: where the key's
+-- claim starts, with no probe of its own).
+keys (partition_key, priority) AS (
+    (SELECT j.partition_key, j.priority FROM {schema}.job AS j
      WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.partition_key IS NOT NULL
        AND (SELECT l.by_key FROM limits AS l) AND (SELECT b.n FROM budget AS b) > 0
-     ORDER BY j.partition_key LIMIT 1)
+     ORDER BY j.partition_key, j.priority DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.partition_key FROM {schema}.job AS j
-            WHERE j.queue = %(queue)s AND j.status = 'pending'
-              AND j.partition_key IS NOT NULL AND j.partition_key > k.partition_key
-            ORDER BY j.partition_key LIMIT 1)
+    SELECT n.partition_key, n.priority
     FROM keys AS k
-    WHERE k.partition_key IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT j.partition_key, j.priority FROM {schema}.job AS j
+        WHERE j.queue = %(queue)s AND j.status = 'pending'
+          AND j.partition_key IS NOT NULL AND j.partition_key > k.partition_key
+        ORDER BY j.partition_key, j.priority DESC LIMIT 1
+    ) AS n
 ),
 keyed AS (
     SELECT c.*
     FROM keys AS k
     CROSS JOIN limits AS l
     CROSS JOIN LATERAL (
-        {ready_range(
+        {ready_levels(
             queue => %(queue)s, clock => statement_timestamp(),
-            lease_seconds => %(lease_seconds)s::integer,
+            lease_seconds => %(lease_seconds)s::integer, top => k.priority,
             range => j.partition_key = k.partition_key
                      AND (j.preferred_instance_key_pattern IS NULL
                           OR j.preferred_instance_key_pattern NOT IN (
@@ -630,7 +634,6 @@ keyed AS (
                         (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0)
                     END)))}
     ) AS c
-    WHERE k.partition_key IS NOT NULL
 ),
 -- Jobs no key limit applies to: all of them when the queue is not limited
 -- per key, else those without a key. Those with neither a key nor a pattern
@@ -657,7 +660,7 @@ unkeyed AS (
         ) AS keyed_unlimited
         UNION ALL
         SELECT * FROM (
-            {ready_range(
+            {due_jobs(
                 queue => %(queue)s, clock => statement_timestamp(),
                 lease_seconds => %(lease_seconds)s::integer, limit => (SELECT b.n FROM budget AS b),
                 range => j.preferred_instance_key_pattern IS NOT NULL
@@ -737,16 +740,59 @@ WHERE NOT EXISTS (
            OR q.rate_limit IS NOT NULL));
 
 -- fragment: ready_range(queue, clock, range, limit, lease_seconds)
--- The one shape of every range a claim reads (claim's plain, keyed and
--- matched ranges; claim_limited's per-key range and its three unkeyed ones):
--- up to limit of queue's pending jobs in range, due by clock, in claim order,
+-- The one shape of every range a claim reads in index order (claim's plain,
+-- keyed and matched ranges; claim_limited's plain and keyed ones): up to
+-- limit of queue's pending jobs in range, due by clock, in claim order,
 -- skipping rows other claimers hold. range names one claim index's entries
--- (job_claim_idx, job_claim_keyed_idx, job_claim_patterned_idx, or
--- job_partition_idx for one key), so each is one index range scan that stops
--- at limit. clock is now() for claim and statement_timestamp() for
--- claim_limited (a statement after its lock, see there). The columns are
--- what candidates sorts and claim_set reads (pattern is NULL in a range of
--- jobs without one).
+-- (job_claim_idx, job_claim_keyed_idx, or job_claim_patterned_idx for one
+-- pattern), whose order is (priority DESC, start_after, seq): ready_levels
+-- reads it from its highest priority, found by one probe. clock is now()
+-- for claim and statement_timestamp() for claim_limited (a statement after
+-- its lock, see there).
+{ready_levels(
+    queue => {queue}, clock => {clock}, range => {range}, limit => {limit},
+    lease_seconds => {lease_seconds},
+    top => (SELECT j.priority FROM {schema}.job AS j
+            WHERE j.queue = {queue} AND j.status = 'pending' AND {range}
+            ORDER BY j.priority DESC LIMIT 1))}
+
+-- fragment: ready_levels(queue, clock, range, limit, lease_seconds, top)
+-- ready_range, from priority top down (claim_limited's per-key ranges pass
+-- the top its loose scan of the keys found). A scan in the index's order
+-- cannot stop at the first job not yet due: a job of a lower priority may be
+-- due behind it. So the range is read one priority level at a time (a loose
+-- index scan of the levels, highest first), each level's due jobs a range of
+-- their own that ends at the first job not due: delayed jobs cost a claim
+-- nothing until they are due, whatever their priority, for one more index
+-- probe per level visited. The levels are visited lazily, in order (a nested
+-- loop over the recursive CTE, no sort): once limit jobs are found no
+-- further level is read and no further row locked.
+WITH RECURSIVE levels (priority) AS (
+    SELECT {top}
+    UNION ALL
+    SELECT (SELECT j.priority FROM {schema}.job AS j
+            WHERE j.queue = {queue} AND j.status = 'pending' AND {range}
+              AND j.priority < lv.priority
+            ORDER BY j.priority DESC LIMIT 1)
+    FROM levels AS lv
+    WHERE lv.priority IS NOT NULL
+)
+SELECT c.* FROM levels AS lv
+CROSS JOIN LATERAL (
+    {due_jobs(
+        queue => {queue}, clock => {clock}, limit => {limit},
+        lease_seconds => {lease_seconds}, range => {range} AND j.priority = lv.priority)}
+) AS c
+WHERE lv.priority IS NOT NULL
+LIMIT {limit}
+
+-- fragment: due_jobs(queue, clock, range, limit, lease_seconds)
+-- Up to limit of queue's pending jobs in range, due by clock, in claim order,
+-- skipping rows other claimers hold: one index scan that stops at limit, and
+-- at the first job not due when range is one priority level (ready_range).
+-- Alone, for a range not in index order (claim_limited's patterned range:
+-- read and sorted). The columns are what candidates sorts and claim_set
+-- reads (pattern is NULL in a range of jobs without one).
 SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
        (j.expire_at IS NOT NULL AND j.expire_at <= {clock}) AS expired,
        j.preferred_instance_key_pattern AS pattern,

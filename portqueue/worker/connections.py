@@ -90,7 +90,12 @@ def role_kwargs(settings: Settings, role: str) -> dict[str, Any]:
         # setting would outlive the transaction on a shared server connection:
         # the client-side deadline alone bounds statements there.
         return kwargs
-    options = [f"-c statement_timeout={int(STATEMENT_SECONDS[role] * 1000)}"]
+    # JIT compiles a statement whose estimated cost passes jit_above_cost, on
+    # every execution: a generic plan of claim_limited estimates its recursive
+    # scans high enough, and each claim then spent 100-200 ms compiling what
+    # runs in 1-4 ms (docs/performance.md, "claims (session 2026-12-04)").
+    # No statement of the worker's own is analytic.
+    options = [f"-c statement_timeout={int(STATEMENT_SECONDS[role] * 1000)}", "-c jit=off"]
     if role == "worker":
         options.append(
             f"-c idle_in_transaction_session_timeout={int(IDLE_IN_TRANSACTION_SECONDS * 1000)}")

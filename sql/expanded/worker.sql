@@ -61,34 +61,68 @@ plain AS (
     SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern,
-               wanted.lease_seconds AS lease_seconds
-        FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
+        WITH RECURSIVE levels (priority) AS (
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                    ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                      AND j.priority < lv.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM levels AS lv
+            WHERE lv.priority IS NOT NULL
+        )
+        SELECT c.* FROM levels AS lv
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   wanted.lease_seconds AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = wanted.queue AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND j.priority = lv.priority
+              AND j.start_after <= now()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT wanted.slots
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS c
+        WHERE lv.priority IS NOT NULL
         LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
     ) AS c
 ),
 keyed AS (
     SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern,
-               wanted.lease_seconds AS lease_seconds
-        FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
+        WITH RECURSIVE levels (priority) AS (
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                    ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                      AND j.priority < lv.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM levels AS lv
+            WHERE lv.priority IS NOT NULL
+        )
+        SELECT c.* FROM levels AS lv
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   wanted.lease_seconds AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = wanted.queue AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL AND j.priority = lv.priority
+              AND j.start_after <= now()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT wanted.slots
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS c
+        WHERE lv.priority IS NOT NULL
         LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
     ) AS c
     WHERE (SELECT j.queue FROM "portqueue".job AS j
            WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL
@@ -100,17 +134,34 @@ matched AS (
     FROM wanted
     CROSS JOIN unnest(%(matching_patterns)s::text[]) AS p (pattern)
     CROSS JOIN LATERAL (
-        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern,
-               wanted.lease_seconds AS lease_seconds
-        FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern = p.pattern
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
+        WITH RECURSIVE levels (priority) AS (
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern
+                    ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern
+                      AND j.priority < lv.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM levels AS lv
+            WHERE lv.priority IS NOT NULL
+        )
+        SELECT c.* FROM levels AS lv
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   wanted.lease_seconds AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = wanted.queue AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern = p.pattern AND j.priority = lv.priority
+              AND j.start_after <= now()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT wanted.slots
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS c
+        WHERE lv.priority IS NOT NULL
         LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
     ) AS c
 ),
 candidates AS (
@@ -230,17 +281,34 @@ plain AS (
     SELECT c.*, wanted.queue, wanted.slots
     FROM wanted
     CROSS JOIN LATERAL (
-        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
-               j.preferred_instance_key_pattern AS pattern,
-               wanted.lease_seconds AS lease_seconds
-        FROM "portqueue".job AS j
-        WHERE j.queue = wanted.queue AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
-          AND j.start_after <= now()
-        ORDER BY j.priority DESC, j.start_after, j.seq
+        WITH RECURSIVE levels (priority) AS (
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                    ORDER BY j.priority DESC LIMIT 1)
+            UNION ALL
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                      AND j.priority < lv.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM levels AS lv
+            WHERE lv.priority IS NOT NULL
+        )
+        SELECT c.* FROM levels AS lv
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= now()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   wanted.lease_seconds AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = wanted.queue AND j.status = 'pending'
+              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND j.priority = lv.priority
+              AND j.start_after <= now()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT wanted.slots
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS c
+        WHERE lv.priority IS NOT NULL
         LIMIT wanted.slots
-        FOR UPDATE OF j SKIP LOCKED
     ) AS c
 ),
 claimed AS (
@@ -488,36 +556,63 @@ budget AS (
                  THEN l.rate_limit - (SELECT coalesce(sum(r.n), 0) FROM recent AS r) END))
         FROM limits AS l), 0)::integer AS n
 ),
-keys (partition_key) AS (
-    (SELECT j.partition_key FROM "portqueue".job AS j
+keys (partition_key, priority) AS (
+    (SELECT j.partition_key, j.priority FROM "portqueue".job AS j
      WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.partition_key IS NOT NULL
        AND (SELECT l.by_key FROM limits AS l) AND (SELECT b.n FROM budget AS b) > 0
-     ORDER BY j.partition_key LIMIT 1)
+     ORDER BY j.partition_key, j.priority DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT j.partition_key FROM "portqueue".job AS j
-            WHERE j.queue = %(queue)s AND j.status = 'pending'
-              AND j.partition_key IS NOT NULL AND j.partition_key > k.partition_key
-            ORDER BY j.partition_key LIMIT 1)
+    SELECT n.partition_key, n.priority
     FROM keys AS k
-    WHERE k.partition_key IS NOT NULL
+    CROSS JOIN LATERAL (
+        SELECT j.partition_key, j.priority FROM "portqueue".job AS j
+        WHERE j.queue = %(queue)s AND j.status = 'pending'
+          AND j.partition_key IS NOT NULL AND j.partition_key > k.partition_key
+        ORDER BY j.partition_key, j.priority DESC LIMIT 1
+    ) AS n
 ),
 keyed AS (
     SELECT c.*
     FROM keys AS k
     CROSS JOIN limits AS l
     CROSS JOIN LATERAL (
-        SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-               (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-               j.preferred_instance_key_pattern AS pattern,
-               %(lease_seconds)s::integer AS lease_seconds
-        FROM "portqueue".job AS j
-        WHERE j.queue = %(queue)s AND j.status = 'pending'
-          AND j.partition_key = k.partition_key
-              AND (j.preferred_instance_key_pattern IS NULL
-                   OR j.preferred_instance_key_pattern NOT IN (
-                          SELECT unnest(%(refused_patterns)s::text[])))
-          AND j.start_after <= statement_timestamp()
-        ORDER BY j.priority DESC, j.start_after, j.seq
+        WITH RECURSIVE levels (priority) AS (
+            SELECT k.priority
+            UNION ALL
+            SELECT (SELECT j.priority FROM "portqueue".job AS j
+                    WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.partition_key = k.partition_key
+                                                                         AND (j.preferred_instance_key_pattern IS NULL
+                                                                              OR j.preferred_instance_key_pattern NOT IN (
+                                                                                     SELECT unnest(%(refused_patterns)s::text[])))
+                      AND j.priority < lv.priority
+                    ORDER BY j.priority DESC LIMIT 1)
+            FROM levels AS lv
+            WHERE lv.priority IS NOT NULL
+        )
+        SELECT c.* FROM levels AS lv
+        CROSS JOIN LATERAL (
+            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                   j.preferred_instance_key_pattern AS pattern,
+                   %(lease_seconds)s::integer AS lease_seconds
+            FROM "portqueue".job AS j
+            WHERE j.queue = %(queue)s AND j.status = 'pending'
+              AND j.partition_key = k.partition_key
+            AND (j.preferred_instance_key_pattern IS NULL
+            OR j.preferred_instance_key_pattern NOT IN (
+                   SELECT unnest(%(refused_patterns)s::text[]))) AND j.priority = lv.priority
+              AND j.start_after <= statement_timestamp()
+            ORDER BY j.priority DESC, j.start_after, j.seq
+            LIMIT greatest(0, least(
+            (SELECT b.n FROM budget AS b),
+            l.partition_concurrency - coalesce(
+            (SELECT a.n FROM active AS a WHERE a.partition_key = k.partition_key), 0),
+            CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
+            (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0)
+            END))
+            FOR UPDATE OF j SKIP LOCKED
+        ) AS c
+        WHERE lv.priority IS NOT NULL
         LIMIT greatest(0, least(
                   (SELECT b.n FROM budget AS b),
                   l.partition_concurrency - coalesce(
@@ -525,39 +620,73 @@ keyed AS (
                   CASE WHEN l.rate_per_key THEN l.rate_limit - coalesce(
                       (SELECT r.n FROM recent AS r WHERE r.partition_key = k.partition_key), 0)
                   END))
-        FOR UPDATE OF j SKIP LOCKED
     ) AS c
-    WHERE k.partition_key IS NOT NULL
 ),
 unkeyed AS (
     SELECT u.* FROM (
         SELECT * FROM (
-            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                   j.preferred_instance_key_pattern AS pattern,
-                   %(lease_seconds)s::integer AS lease_seconds
-            FROM "portqueue".job AS j
-            WHERE j.queue = %(queue)s AND j.status = 'pending'
-              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
-              AND j.start_after <= statement_timestamp()
-            ORDER BY j.priority DESC, j.start_after, j.seq
+            WITH RECURSIVE levels (priority) AS (
+                SELECT (SELECT j.priority FROM "portqueue".job AS j
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                        ORDER BY j.priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM "portqueue".job AS j
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                          AND j.priority < lv.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM levels AS lv
+                WHERE lv.priority IS NOT NULL
+            )
+            SELECT c.* FROM levels AS lv
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                       (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                       j.preferred_instance_key_pattern AS pattern,
+                       %(lease_seconds)s::integer AS lease_seconds
+                FROM "portqueue".job AS j
+                WHERE j.queue = %(queue)s AND j.status = 'pending'
+                  AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND j.priority = lv.priority
+                  AND j.start_after <= statement_timestamp()
+                ORDER BY j.priority DESC, j.start_after, j.seq
+                LIMIT (SELECT b.n FROM budget AS b)
+                FOR UPDATE OF j SKIP LOCKED
+            ) AS c
+            WHERE lv.priority IS NOT NULL
             LIMIT (SELECT b.n FROM budget AS b)
-            FOR UPDATE OF j SKIP LOCKED
         ) AS plain
         UNION ALL
         SELECT * FROM (
-            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                   j.preferred_instance_key_pattern AS pattern,
-                   %(lease_seconds)s::integer AS lease_seconds
-            FROM "portqueue".job AS j
-            WHERE j.queue = %(queue)s AND j.status = 'pending'
-              AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
-                  AND NOT (SELECT l.by_key FROM limits AS l)
-              AND j.start_after <= statement_timestamp()
-            ORDER BY j.priority DESC, j.start_after, j.seq
+            WITH RECURSIVE levels (priority) AS (
+                SELECT (SELECT j.priority FROM "portqueue".job AS j
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                                                                             AND NOT (SELECT l.by_key FROM limits AS l)
+                        ORDER BY j.priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM "portqueue".job AS j
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                                                             AND NOT (SELECT l.by_key FROM limits AS l)
+                          AND j.priority < lv.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM levels AS lv
+                WHERE lv.priority IS NOT NULL
+            )
+            SELECT c.* FROM levels AS lv
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                       (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                       j.preferred_instance_key_pattern AS pattern,
+                       %(lease_seconds)s::integer AS lease_seconds
+                FROM "portqueue".job AS j
+                WHERE j.queue = %(queue)s AND j.status = 'pending'
+                  AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                AND NOT (SELECT l.by_key FROM limits AS l) AND j.priority = lv.priority
+                  AND j.start_after <= statement_timestamp()
+                ORDER BY j.priority DESC, j.start_after, j.seq
+                LIMIT (SELECT b.n FROM budget AS b)
+                FOR UPDATE OF j SKIP LOCKED
+            ) AS c
+            WHERE lv.priority IS NOT NULL
             LIMIT (SELECT b.n FROM budget AS b)
-            FOR UPDATE OF j SKIP LOCKED
         ) AS keyed_unlimited
         UNION ALL
         SELECT * FROM (

@@ -19,12 +19,15 @@ import uuid
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
+from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
 from portqueue.worker import connections
 from tests.support.plans import explain, load_history, plan_nodes
+from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
 
@@ -58,6 +61,65 @@ def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,
     assert root["Actual Rows"] == CLAIMED
     buffers = root["Shared Hit Blocks"] + root["Shared Read Blocks"]
     assert buffers <= MAX_BUFFERS, f"{buffers} buffers for a claim of {CLAIMED}"
+
+
+CLAIM_INDEXES = {"job_claim_idx", "job_claim_keyed_idx", "job_partition_idx"}
+# A claim of 10 descends the claim index once per priority level and once
+# for the ready range: a few pages each, and as many again per partition key.
+# Walking the delayed entries in front of the ready ones reads a hundred leaf
+# pages (DELAYED) and 25 per key (DELAYED_PER_KEY).
+MAX_CLAIM_INDEX_BUFFERS = 40
+MAX_CLAIM_INDEX_BUFFERS_PER_KEY = 12
+DELAYED_PER_KEY = 5_000
+
+
+def claim_index_buffers(root: dict[str, Any]) -> int:
+    """Pages the scans of the claim indexes read (with the heap pages they fetched)."""
+    return sum(node["Shared Hit Blocks"] + node["Shared Read Blocks"]
+               for node in plan_nodes(root) if node.get("Index Name") in CLAIM_INDEXES)
+
+
+def statement(schema: str, name: str) -> Query:
+    worker_id = str(uuid.uuid4())
+    if name == "claim_plain":
+        return ops.claim_plain(queries_for(schema), slots={"plan": CLAIMED},
+                               lease_seconds={"plan": 60}, worker_id=worker_id)
+    if name.startswith("claim_limited"):
+        return ops.claim_limited(queries_for(schema), queue="plan", slots=CLAIMED,
+                                 lease_seconds=60, matching_patterns=[], refused_patterns=[],
+                                 worker_id=worker_id)
+    return claim_query(schema)
+
+
+@pytest.mark.parametrize("name", ["claim", "claim_plain", "claim_limited",
+                                  "claim_limited_by_key"])
+def test_delayed_jobs_at_a_higher_priority_cost_a_claim_nothing(
+    pq: PortQueue, db: Db, schema: str, name: str,
+) -> None:
+    # Before: the claim read the index in (priority DESC, start_after) order
+    # with the due time as a filter, through every delayed entry of a higher
+    # priority before the first ready job (issue 23: 0.16x the drain with a
+    # million of them). Now it reads one priority level at a time.
+    load_history(db, schema, delayed_priority=5)
+    if name == "claim_limited_by_key":
+        pq.set_queue_limits(queue="plan", partition_concurrency=1)
+        with db.transaction():
+            for key in range(CLAIMED):
+                insert_pending(db, schema, "plan", DELAYED_PER_KEY, 5, partition_key=f"k{key}",
+                               start_after="tomorrow")
+                insert_pending(db, schema, "plan", 2, 0, partition_key=f"k{key}")
+        db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
+    else:
+        pq.add_jobs(queue="plan", jobs=[{"data": {"n": n}} for n in range(READY)])
+        if name == "claim_limited":
+            pq.set_queue_limits(queue="plan", global_concurrency=100)
+    (result,) = explain(db, statement(schema, name), fmt="JSON")
+    root = result["Plan"]
+    assert root["Actual Rows"] == CLAIMED, json.dumps(root, indent=1)
+    read = claim_index_buffers(root)
+    keys = CLAIMED if name == "claim_limited_by_key" else 0
+    most = MAX_CLAIM_INDEX_BUFFERS + keys * MAX_CLAIM_INDEX_BUFFERS_PER_KEY
+    assert read <= most, f"{read} pages:\n{json.dumps(root, indent=1)}"
 
 
 def generic_plan(db: Db, query: Query) -> dict[str, Any]:
@@ -117,6 +179,18 @@ def test_the_claim_session_keeps_one_plan_of_each_statement(pq: PortQueue) -> No
     # The pool's sessions keep the server's default.
     with psycopg.connect(settings.dsn, **connections.role_kwargs(settings, "worker")) as conn:
         assert conn.execute("SHOW plan_cache_mode").fetchall() == [("auto",)]
+
+
+def test_the_workers_own_sessions_never_jit_compile(pq: PortQueue) -> None:
+    # A claim_limited on a generic plan estimated high enough to be compiled
+    # took 100-200 ms instead of 1-4 (docs/performance.md).
+    settings = pq._settings
+    with psycopg.connect(settings.dsn) as conn:
+        server_default = conn.execute("SHOW jit").fetchall()[0][0]
+    kept = server_default if settings.poll_only else "off"
+    for role in connections.STATEMENT_SECONDS:
+        with psycopg.connect(settings.dsn, **connections.role_kwargs(settings, role)) as conn:
+            assert conn.execute("SHOW jit").fetchall() == [(kept,)], role
 
 
 def main(dsn: str) -> None:

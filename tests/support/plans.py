@@ -23,21 +23,23 @@ SELECT gen_random_uuid(), 'plan', 'completed', '{{}}'::jsonb, 1, 1,
        now() - interval '2 days', now() - interval '2 days', now() - interval '2 days',
        now() - interval '1 day'
 FROM generate_series(1, %(finished)s);
-INSERT INTO {job} (id, queue, data, start_after)
-SELECT gen_random_uuid(), 'plan', '{{}}'::jsonb, now() + interval '1 day'
+INSERT INTO {job} (id, queue, data, start_after, priority)
+SELECT gen_random_uuid(), 'plan', '{{}}'::jsonb, now() + interval '1 day', %(priority)s
 FROM generate_series(1, %(delayed)s);
 """
 
 
-def load_history(db: Db, schema: str) -> None:
-    """FINISHED completed and DELAYED future jobs on queue ``plan``, then ANALYZE."""
+def load_history(db: Db, schema: str, *, delayed_priority: int = 0) -> None:
+    """FINISHED completed and DELAYED future jobs (at ``delayed_priority``) on
+    queue ``plan``, then ANALYZE."""
     with db.transaction():
         # Loaded, not added: no NOTIFY per statement for rows nobody waits on.
         db.execute("SET LOCAL session_replication_role = replica")
         for statement in LOAD.split(";"):
             if statement.strip():
                 db.execute(sql.SQL(statement).format(job=sql.Identifier(schema, "job")),
-                           {"finished": FINISHED, "delayed": DELAYED})
+                           {"finished": FINISHED, "delayed": DELAYED,
+                            "priority": delayed_priority})
     db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
 
 
