@@ -87,7 +87,12 @@ def test_a_black_holed_connection_of_one_worker_among_two(
 
         holed = proxy.blackhole(role)
         assert holed >= 1
-        add(24)
+        # Jobs long enough that the healthy worker (the queue's first
+        # listener) cannot run them all before the victim's claim, a quarter
+        # second after the wake-up (listener.PASS_SAFETY_SECONDS): with 50 ms
+        # jobs it sometimes ran every one, and the victim wrote no outcome
+        # on its black-holed pool.
+        add(24, sleep=0.5)
         wait_until(lambda: _deadline_lines(victim, role), 40,
                    f"the victim to log its {role} connection's deadline")
         wait_until(all_completed, 60, "every job to complete after the black hole")
