@@ -188,15 +188,30 @@ def _strip_comments(body: str) -> str:
     return "\n".join(lines).strip()
 
 
+# psycopg converts a statement's placeholders once and keeps the result for
+# texts of up to 4,096 bytes (psycopg._queries.MAX_CACHED_STATEMENT_LENGTH);
+# a longer text is converted on every execute, on the claim's hot path too
+# (docs/performance.md, "claims (session 2026-12-04)"). The indentation is for
+# readers of sql/: the server gets none (no sql/ literal spans lines).
+_INDENT_RE = re.compile(r"\n[ \t]+")
+
+
+def _unindented(text: str) -> str:
+    return _INDENT_RE.sub("\n", text)
+
+
 class Queries:
     """The named queries rendered for one schema, plus its NOTIFY channel names."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, *, indented: bool = False) -> None:
+        """``indented``: the statements as sql/ lays them out, for readers
+        (tools/expand_sql.py); the server gets them without."""
         self.schema = schema
         quoted = sql.Identifier(schema)
         fragments = _render_fragments(quoted)
+        layout = (lambda text: text) if indented else _unindented
         self._rendered = {
-            name: sql.SQL(template).format(schema=quoted, **fragments).as_string()
+            name: layout(sql.SQL(template).format(schema=quoted, **fragments).as_string())
             for name, template in load_templates().items()
         }
         # Channel names match the triggers in the migrations: "<schema>.<topic>".
