@@ -70,6 +70,7 @@ SERVER_LEGS: tuple[str, ...] = (
     "tests/integration/test_concurrency.py",
     "tests/integration/test_claim_plan.py",
     "tests/integration/test_claim_plain.py",
+    "tests/integration/test_claim_levels.py",        # a recursive CTE read lazily, in order
     "tests/integration/test_pull_and_bulk_plans.py",
     "tests/integration/test_hot_path.py",
     "tests/integration/test_commit_durability.py",
