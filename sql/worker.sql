@@ -752,9 +752,15 @@ WHERE NOT EXISTS (
 {ready_levels(
     queue => {queue}, clock => {clock}, range => {range}, limit => {limit},
     lease_seconds => {lease_seconds},
-    top => (SELECT j.priority FROM {schema}.job AS j
-            WHERE j.queue = {queue} AND j.status = 'pending' AND {range}
-            ORDER BY j.priority DESC LIMIT 1))}
+    top => {highest_priority(queue => {queue}, range => {range}, below => true)})}
+
+-- fragment: highest_priority(queue, range, below)
+-- The highest priority of queue's pending jobs in range that satisfy below
+-- (a condition on j.priority): one probe of the range's index, its first
+-- entry past below. NULL when there is none.
+(SELECT j.priority FROM {schema}.job AS j
+ WHERE j.queue = {queue} AND j.status = 'pending' AND {range} AND {below}
+ ORDER BY j.priority DESC LIMIT 1)
 
 -- fragment: ready_levels(queue, clock, range, limit, lease_seconds, top)
 -- ready_range, from priority top down (claim_limited's per-key ranges pass
@@ -770,10 +776,7 @@ WHERE NOT EXISTS (
 WITH RECURSIVE levels (priority) AS (
     SELECT {top}
     UNION ALL
-    SELECT (SELECT j.priority FROM {schema}.job AS j
-            WHERE j.queue = {queue} AND j.status = 'pending' AND {range}
-              AND j.priority < lv.priority
-            ORDER BY j.priority DESC LIMIT 1)
+    SELECT {highest_priority(queue => {queue}, range => {range}, below => j.priority < lv.priority)}
     FROM levels AS lv
     WHERE lv.priority IS NOT NULL
 )

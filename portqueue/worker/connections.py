@@ -92,9 +92,9 @@ def role_kwargs(settings: Settings, role: str) -> dict[str, Any]:
         return kwargs
     # JIT compiles a statement whose estimated cost passes jit_above_cost, on
     # every execution: a generic plan of claim_limited estimates its recursive
-    # scans high enough, and each claim then spent 100-200 ms compiling what
-    # runs in 1-4 ms (docs/performance.md, "claims (session 2026-12-04)").
-    # No statement of the worker's own is analytic.
+    # scans high enough, and compiling cost far more than running it
+    # (docs/performance.md, "claims (session 2026-12-04)"). No statement of
+    # the worker's own is analytic.
     options = [f"-c statement_timeout={int(STATEMENT_SECONDS[role] * 1000)}", "-c jit=off"]
     if role == "worker":
         options.append(

@@ -63,12 +63,11 @@ plain AS (
     CROSS JOIN LATERAL (
         WITH RECURSIVE levels (priority) AS (
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND true
                     ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
-                      AND j.priority < lv.priority
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND j.priority < lv.priority
                     ORDER BY j.priority DESC LIMIT 1)
             FROM levels AS lv
             WHERE lv.priority IS NOT NULL
@@ -97,12 +96,11 @@ keyed AS (
     CROSS JOIN LATERAL (
         WITH RECURSIVE levels (priority) AS (
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL AND true
                     ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
-                      AND j.priority < lv.priority
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL AND j.priority < lv.priority
                     ORDER BY j.priority DESC LIMIT 1)
             FROM levels AS lv
             WHERE lv.priority IS NOT NULL
@@ -136,12 +134,11 @@ matched AS (
     CROSS JOIN LATERAL (
         WITH RECURSIVE levels (priority) AS (
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern AND true
                     ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern
-                      AND j.priority < lv.priority
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern AND j.priority < lv.priority
                     ORDER BY j.priority DESC LIMIT 1)
             FROM levels AS lv
             WHERE lv.priority IS NOT NULL
@@ -283,12 +280,11 @@ plain AS (
     CROSS JOIN LATERAL (
         WITH RECURSIVE levels (priority) AS (
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND true
                     ORDER BY j.priority DESC LIMIT 1)
             UNION ALL
             SELECT (SELECT j.priority FROM "portqueue".job AS j
-                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
-                      AND j.priority < lv.priority
+                    WHERE j.queue = wanted.queue AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND j.priority < lv.priority
                     ORDER BY j.priority DESC LIMIT 1)
             FROM levels AS lv
             WHERE lv.priority IS NOT NULL
@@ -581,10 +577,9 @@ keyed AS (
             UNION ALL
             SELECT (SELECT j.priority FROM "portqueue".job AS j
                     WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.partition_key = k.partition_key
-                                                                         AND (j.preferred_instance_key_pattern IS NULL
-                                                                              OR j.preferred_instance_key_pattern NOT IN (
-                                                                                     SELECT unnest(%(refused_patterns)s::text[])))
-                      AND j.priority < lv.priority
+                                                                       AND (j.preferred_instance_key_pattern IS NULL
+                                                                            OR j.preferred_instance_key_pattern NOT IN (
+                                                                                   SELECT unnest(%(refused_patterns)s::text[]))) AND j.priority < lv.priority
                     ORDER BY j.priority DESC LIMIT 1)
             FROM levels AS lv
             WHERE lv.priority IS NOT NULL
@@ -627,12 +622,11 @@ unkeyed AS (
         SELECT * FROM (
             WITH RECURSIVE levels (priority) AS (
                 SELECT (SELECT j.priority FROM "portqueue".job AS j
-                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND true
                         ORDER BY j.priority DESC LIMIT 1)
                 UNION ALL
                 SELECT (SELECT j.priority FROM "portqueue".job AS j
-                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL
-                          AND j.priority < lv.priority
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NULL AND j.priority < lv.priority
                         ORDER BY j.priority DESC LIMIT 1)
                 FROM levels AS lv
                 WHERE lv.priority IS NOT NULL
@@ -659,13 +653,12 @@ unkeyed AS (
             WITH RECURSIVE levels (priority) AS (
                 SELECT (SELECT j.priority FROM "portqueue".job AS j
                         WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
-                                                                             AND NOT (SELECT l.by_key FROM limits AS l)
+                                                                           AND NOT (SELECT l.by_key FROM limits AS l) AND true
                         ORDER BY j.priority DESC LIMIT 1)
                 UNION ALL
                 SELECT (SELECT j.priority FROM "portqueue".job AS j
                         WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern IS NULL AND j.partition_key IS NOT NULL
-                                                             AND NOT (SELECT l.by_key FROM limits AS l)
-                          AND j.priority < lv.priority
+                                                           AND NOT (SELECT l.by_key FROM limits AS l) AND j.priority < lv.priority
                         ORDER BY j.priority DESC LIMIT 1)
                 FROM levels AS lv
                 WHERE lv.priority IS NOT NULL

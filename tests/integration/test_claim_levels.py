@@ -13,7 +13,6 @@ claim rolled back."""
 from __future__ import annotations
 
 import random
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -22,8 +21,8 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue import worker_operations as ops
-from portqueue.queries import Query, queries_for
+from portqueue.queries import Query
+from tests.support.plans import claim_statement
 
 Db = psycopg.Connection[Any]
 
@@ -34,6 +33,8 @@ KEYS = ("a", "b", "c", "d", None)
 SLOTS = (1, 5, 60, JOBS)  # the last takes every due job: every level is read
 PER_KEY = 2
 GLOBAL = 40
+STATEMENTS = {"plain": "claim_plain", "keyed": "claim", "global": "claim_limited",
+              "per_key": "claim_limited"}
 
 
 def load(db: Db, schema: str, rng: random.Random, *, keyed: bool) -> None:
@@ -82,18 +83,6 @@ def claimed(db: Db, query: Query) -> set[str]:
     return {row[0] for row in rows if row[2] == "active"}
 
 
-def statement(schema: str, variant: str, slots: int) -> Query:
-    q, worker_id = queries_for(schema), str(uuid.uuid4())
-    if variant == "plain":
-        return ops.claim_plain(q, slots={QUEUE: slots}, lease_seconds={QUEUE: 60},
-                               worker_id=worker_id)
-    if variant == "keyed":
-        return ops.claim(q, slots={QUEUE: slots}, lease_seconds={QUEUE: 60},
-                         matching_patterns=[], refused_patterns=[], worker_id=worker_id)
-    return ops.claim_limited(q, queue=QUEUE, slots=slots, lease_seconds=60,
-                             matching_patterns=[], refused_patterns=[], worker_id=worker_id)
-
-
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("variant", ["plain", "keyed", "global", "per_key"])
 def test_a_claim_takes_the_first_due_jobs_in_claim_order(
@@ -110,4 +99,5 @@ def test_a_claim_takes_the_first_due_jobs_in_claim_order(
     for slots in SLOTS:
         budget = min(slots, GLOBAL) if variant == "global" else slots
         want = expected(due, budget, PER_KEY if variant == "per_key" else None)
-        assert claimed(db, statement(schema, variant, slots)) == want, (variant, seed, slots)
+        query = claim_statement(schema, STATEMENTS[variant], QUEUE, slots)
+        assert claimed(db, query) == want, (variant, seed, slots)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import uuid
 from typing import Any
 
 import psycopg
@@ -23,10 +22,9 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue import worker_operations as ops
-from portqueue.queries import Query, queries_for
+from portqueue.queries import Query
 from portqueue.worker import connections
-from tests.support.plans import explain, load_history, plan_nodes
+from tests.support.plans import claim_statement, explain, load_history, plan_nodes
 from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
@@ -41,9 +39,7 @@ MAX_BUFFERS = 300
 
 def claim_query(schema: str) -> Query:
     """The claim a worker with 10 free slots on queue ``plan`` sends."""
-    return queries_for(schema)(
-        "claim", queues=["plan"], slots=[CLAIMED], lease_seconds=[60],
-        worker_id=str(uuid.uuid4()), matching_patterns=[], refused_patterns=[])
+    return claim_statement(schema, "claim", "plan", CLAIMED)
 
 
 def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,
@@ -79,18 +75,6 @@ def claim_index_buffers(root: dict[str, Any]) -> int:
                for node in plan_nodes(root) if node.get("Index Name") in CLAIM_INDEXES)
 
 
-def statement(schema: str, name: str) -> Query:
-    worker_id = str(uuid.uuid4())
-    if name == "claim_plain":
-        return ops.claim_plain(queries_for(schema), slots={"plan": CLAIMED},
-                               lease_seconds={"plan": 60}, worker_id=worker_id)
-    if name.startswith("claim_limited"):
-        return ops.claim_limited(queries_for(schema), queue="plan", slots=CLAIMED,
-                                 lease_seconds=60, matching_patterns=[], refused_patterns=[],
-                                 worker_id=worker_id)
-    return claim_query(schema)
-
-
 @pytest.mark.parametrize("name", ["claim", "claim_plain", "claim_limited",
                                   "claim_limited_by_key"])
 def test_delayed_jobs_at_a_higher_priority_cost_a_claim_nothing(
@@ -113,7 +97,8 @@ def test_delayed_jobs_at_a_higher_priority_cost_a_claim_nothing(
         pq.add_jobs(queue="plan", jobs=[{"data": {"n": n}} for n in range(READY)])
         if name == "claim_limited":
             pq.set_queue_limits(queue="plan", global_concurrency=100)
-    (result,) = explain(db, statement(schema, name), fmt="JSON")
+    kind = "claim_limited" if name.startswith("claim_limited") else name
+    (result,) = explain(db, claim_statement(schema, kind, "plan", CLAIMED), fmt="JSON")
     root = result["Plan"]
     assert root["Actual Rows"] == CLAIMED, json.dumps(root, indent=1)
     read = claim_index_buffers(root)

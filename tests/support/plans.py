@@ -3,13 +3,15 @@ EXPLAIN ANALYZE of one (rolled back), and reading an EXPLAIN (FORMAT JSON) plan.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from portqueue.queries import Query
+from portqueue import worker_operations as ops
+from portqueue.queries import Query, queries_for
 
 Db = psycopg.Connection[Any]
 
@@ -41,6 +43,20 @@ def load_history(db: Db, schema: str, *, delayed_priority: int = 0) -> None:
                            {"finished": FINISHED, "delayed": DELAYED,
                             "priority": delayed_priority})
     db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
+
+
+def claim_statement(schema: str, name: str, queue: str, slots: int) -> Query:
+    """The claim ``name`` (claim, claim_plain or claim_limited) a worker with
+    ``slots`` free slots on ``queue`` sends, matching no pattern."""
+    q, worker_id = queries_for(schema), str(uuid.uuid4())
+    if name == "claim_plain":
+        return ops.claim_plain(q, slots={queue: slots}, lease_seconds={queue: 60},
+                               worker_id=worker_id)
+    if name == "claim_limited":
+        return ops.claim_limited(q, queue=queue, slots=slots, lease_seconds=60,
+                                 matching_patterns=[], refused_patterns=[], worker_id=worker_id)
+    return ops.claim(q, slots={queue: slots}, lease_seconds={queue: 60},
+                     matching_patterns=[], refused_patterns=[], worker_id=worker_id)
 
 
 def explain(db: Db, query: Query, *, fmt: str) -> Any:
