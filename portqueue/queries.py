@@ -38,12 +38,24 @@ _PARAMETER_RE = re.compile(r"\{(\w+)\}")
 
 
 @dataclass(frozen=True)
+class Positional:
+    """A statement's text with ``$n`` placeholders, and the parameter each
+    ``$n`` stands for (``names[n - 1]``)."""
+
+    sql: str
+    names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Query:
-    """One statement to run: which named query, its rendered SQL and its parameters."""
+    """One statement to run: which named query, its rendered SQL and its
+    parameters; ``positional``, for a statement too long for psycopg to keep
+    its conversion (see ``Queries``), the same text converted once."""
 
     name: str
     sql: str
     params: Mapping[str, Any]
+    positional: Positional | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,27 @@ def _unindented(text: str) -> str:
     return _INDENT_RE.sub("\n", text)
 
 
+# Past that limit (claim_limited, claim) the text is converted here once, and
+# the driver runs it on a raw cursor, which takes $n placeholders as they are.
+CONVERTED_BY_PSYCOPG_BYTES = 4096
+_PLACEHOLDER_RE = re.compile(r"%\((\w+)\)s|%")
+
+
+def positional(text: str) -> Positional:
+    """``text``'s ``%(name)s`` placeholders as ``$n``, one number per name, as
+    psycopg would convert them."""
+    names: dict[str, int] = {}
+
+    def number(placeholder: re.Match[str]) -> str:
+        name = placeholder.group(1)
+        if name is None:
+            raise ValueError(f"a '%' that is not a %(name)s placeholder in {text[:60]!r}")
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    converted = _PLACEHOLDER_RE.sub(number, text)
+    return Positional(converted, tuple(names))
+
+
 class Queries:
     """The named queries rendered for one schema, plus its NOTIFY channel names."""
 
@@ -214,6 +247,8 @@ class Queries:
             name: layout(sql.SQL(template).format(schema=quoted, **fragments).as_string())
             for name, template in load_templates().items()
         }
+        self._positional = {name: positional(text) for name, text in self._rendered.items()
+                            if len(text.encode()) > CONVERTED_BY_PSYCOPG_BYTES}
         # Channel names match the triggers in the migrations: "<schema>.<topic>".
         self.job_channel = f"{schema}.job"
         self.cancel_channel = f"{schema}.cancel"
@@ -222,7 +257,7 @@ class Queries:
         self.finished_channel = f"{schema}.finished"
 
     def __call__(self, name: str, **params: Any) -> Query:
-        return Query(name, self._rendered[name], params)
+        return Query(name, self._rendered[name], params, self._positional.get(name))
 
     @property
     def names(self) -> frozenset[str]:

@@ -98,10 +98,14 @@ def claim_plain(q: Queries, *, slots: Mapping[str, int], lease_seconds: Mapping[
 # --- outcomes ---
 
 
-def complete_jobs(q: Queries, completions_json: Sequence[str]) -> Query:
+def complete_jobs(q: Queries, completions_json: Sequence[str],
+                  slots_freed_queues: Collection[str] = ()) -> Query:
     """Fenced completions, each entry already JSON (``Completion.as_json``):
-    built once per job on the hot path, never decoded again."""
-    return q("complete_jobs", jobs="[" + ",".join(completions_json) + "]")
+    built once per job on the hot path, never decoded again. The freed slots
+    of ``slots_freed_queues`` (limited queues) wake their workers once per
+    queue, not once per job (see complete_jobs)."""
+    return q("complete_jobs", jobs="[" + ",".join(completions_json) + "]",
+             slots_freed_queues=sorted(slots_freed_queues), job_channel=q.job_channel)
 
 
 def completed_ids(rows: Rows) -> set[str]:

@@ -551,11 +551,11 @@ CREATE TRIGGER job_finished_notify AFTER UPDATE OF status ON portqueue.job FOR E
 CREATE TRIGGER job_pending_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.status = 'pending'::portqueue.job_status AND old.status <> 'pending'::portqueue.job_status AND new.start_after <= now()) EXECUTE FUNCTION portqueue.notify_job_pending();
 CREATE TRIGGER job_removed_settle_dependents AFTER DELETE ON portqueue.job FOR EACH ROW WHEN (old.has_dependents) EXECUTE FUNCTION portqueue.settle_dependents();
 CREATE TRIGGER job_settle_dependents AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (new.has_dependents AND old.status IS DISTINCT FROM new.status AND ((new.status = ANY (ARRAY['completed'::portqueue.job_status, 'failed'::portqueue.job_status, 'cancelled'::portqueue.job_status, 'expired'::portqueue.job_status])) OR (old.status = ANY (ARRAY['failed'::portqueue.job_status, 'cancelled'::portqueue.job_status, 'expired'::portqueue.job_status]))) AND NOT (new.dependents_released AND NOT old.dependents_released)) EXECUTE FUNCTION portqueue.settle_dependents();
-CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (old.limited AND old.status = 'active'::portqueue.job_status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.notify_job_pending();
+CREATE TRIGGER job_slot_freed_notify AFTER UPDATE OF status ON portqueue.job FOR EACH ROW WHEN (old.limited AND new.limited AND old.status = 'active'::portqueue.job_status AND new.status <> 'active'::portqueue.job_status) EXECUTE FUNCTION portqueue.notify_job_pending();
 CREATE TRIGGER queue_limits_changed_notify AFTER UPDATE ON portqueue.queue FOR EACH ROW WHEN (old.global_concurrency IS DISTINCT FROM new.global_concurrency OR old.partition_concurrency IS DISTINCT FROM new.partition_concurrency OR old.rate_limit IS DISTINCT FROM new.rate_limit OR old.rate_limit_period_seconds IS DISTINCT FROM new.rate_limit_period_seconds OR old.rate_limit_per_partition IS DISTINCT FROM new.rate_limit_per_partition) EXECUTE FUNCTION portqueue.notify_queue_limits_changed();
 
 -- The revision migrate() reads to know the schema is current.
 
-INSERT INTO portqueue.alembic_version (version_num) VALUES ('0017');
+INSERT INTO portqueue.alembic_version (version_num) VALUES ('0018');
 
 COMMIT;

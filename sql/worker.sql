@@ -295,6 +295,11 @@ WHERE w.slots > 0
 -- handler that returned after its cancel signal. Entries may omit progress
 -- and attrs (NULL: nothing new to write). The result is one row: the ids
 -- completed, as one array, so reading it costs no row per job.
+-- slots_freed_queues: the queues of these jobs the worker claims with
+-- claim_limited. Their wake-up for a freed slot is sent here, once per queue,
+-- and their rows' limited flag turned off, so the row trigger
+-- job_slot_freed_notify (one PL/pgSQL call per job) skips them (migration
+-- 0018); a limited job of another queue still wakes through the trigger.
 WITH d AS MATERIALIZED (
     SELECT *
     FROM jsonb_to_recordset(%(jobs)s::jsonb) AS d (id uuid, lease_token bigint, status text,
@@ -321,7 +326,8 @@ completed AS (
             WHEN d.status = 'completed' AND j.has_dependents AND NOT j.has_shared_dependents
             THEN EXISTS (SELECT FROM {schema}.job AS seen
                          WHERE seen.ctid = j.ctid AND seen.id = j.id)
-            ELSE j.dependents_released END
+            ELSE j.dependents_released END,
+        limited = j.limited AND j.queue <> ALL (%(slots_freed_queues)s::text[])
     FROM d
     -- Pinned to the primary key, so a completion costs what it completes: the
     -- planner cannot size the recordset and would otherwise scan job_lease_idx
@@ -332,7 +338,7 @@ completed AS (
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
       AND j.status IN ('pending', 'active', 'waiting')
-    RETURNING j.id, j.status, j.has_dependents
+    RETURNING j.id, j.status, j.has_dependents, j.queue
 ),
 -- The dependents waiting for one of these alone become pending here, in one
 -- UPDATE for the batch: one probe of job_waiting_on_idx for every completed
@@ -352,8 +358,15 @@ released AS (
     WHERE c.depends_on && ARRAY(SELECT p.id FROM completed AS p
                                 WHERE p.has_dependents AND p.status::text = 'completed')
       AND cardinality(c.depends_on) = 1 AND c.status = 'waiting'
+),
+slots_freed AS (
+    SELECT pg_notify(%(job_channel)s, f.queue)
+    FROM (SELECT DISTINCT done.queue FROM completed AS done
+          WHERE done.queue = ANY (%(slots_freed_queues)s::text[])) AS f
 )
-SELECT coalesce(array_agg(id::text), '{{}}') AS ids FROM completed;
+-- (a CTE of no data-modifying statement runs only where it is read)
+SELECT coalesce(array_agg(done.id::text), '{{}}') AS ids
+FROM completed AS done CROSS JOIN (SELECT count(*) FROM slots_freed) AS woken;
 
 -- name: fail_jobs
 -- Fenced, batched failures. The worker decides retry and delay (the job's

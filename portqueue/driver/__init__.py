@@ -99,7 +99,7 @@ def execute_sync(conn: psycopg.Connection[Any], query: Query) -> Rows:
     attempts = MOVED_ROW_ATTEMPTS if _own_transaction(conn) else 1
     for attempt in range(1, attempts + 1):
         try:
-            cursor.execute(query.sql, query.params)
+            cursor.execute(*_bound(cursor, query))
         except psycopg.errors.SerializationFailure:
             if attempt == attempts:
                 raise
@@ -121,8 +121,8 @@ def pipeline_sync(conn: psycopg.Connection[Any], batch: Batch) -> Rows:
     cursors: list[psycopg.Cursor[dict[str, Any]]] = []
     with conn.pipeline():
         for query in batch.queries:
-            cursor = conn.cursor(row_factory=_dict_rows)
-            cursor.execute(query.sql, query.params)
+            cursor = _new_cursor(conn, query, _dict_rows)
+            cursor.execute(*_bound(cursor, query))
             cursors.append(cursor)
     return [row for cursor in cursors if _has_rows(cursor) for row in cursor.fetchall()]
 
@@ -131,8 +131,8 @@ async def pipeline_async(conn: psycopg.AsyncConnection[Any], batch: Batch) -> Ro
     cursors: list[psycopg.AsyncCursor[dict[str, Any]]] = []
     async with conn.pipeline():
         for query in batch.queries:
-            cursor = conn.cursor(row_factory=_dict_rows)
-            await cursor.execute(query.sql, query.params)
+            cursor = _new_cursor(conn, query, _dict_rows)
+            await cursor.execute(*_bound(cursor, query))
             cursors.append(cursor)
     return [row for cursor in cursors if _has_rows(cursor)
             for row in await cursor.fetchall()]
@@ -159,8 +159,8 @@ async def transaction_async(conn: psycopg.AsyncConnection[Any],
         for query, row_factory in queries:
             cursor = _cursor(conn, query, row_factory or _dict_rows)
             if cursor in cursors:  # a kept cursor's rows are read after the pipeline
-                cursor = conn.cursor(row_factory=row_factory or _dict_rows)
-            await cursor.execute(query.sql, query.params)
+                cursor = _new_cursor(conn, query, row_factory or _dict_rows)
+            await cursor.execute(*_bound(cursor, query))
             cursors.append(cursor)
     return [await cursor.fetchall() if _has_rows(cursor) else [] for cursor in cursors]
 
@@ -172,7 +172,7 @@ async def fetch_async(conn: psycopg.AsyncConnection[Any], query: Query,
     attempts = MOVED_ROW_ATTEMPTS if _own_transaction(conn) else 1
     for attempt in range(1, attempts + 1):
         try:
-            await cursor.execute(query.sql, query.params)
+            await cursor.execute(*_bound(cursor, query))
         except psycopg.errors.SerializationFailure:
             if attempt == attempts:
                 raise
@@ -214,14 +214,35 @@ class AsyncCursorKeepingConnection(psycopg.AsyncConnection[Any]):
 def _cursor(conn: Any, query: Query, row_factory: Any) -> Any:
     kept = getattr(conn, "kept_cursors", None)
     if kept is None or query.name not in KEPT_CURSOR_STATEMENTS:
-        return conn.cursor(row_factory=row_factory)
+        return _new_cursor(conn, query, row_factory)
     # The row factory is part of the key: setting a kept cursor's would run
     # it at once on the cursor's previous result.
     key = (query.sql, row_factory)
     cursor = kept.get(key)
     if cursor is None:
-        cursor = kept[key] = conn.cursor(row_factory=row_factory)
+        cursor = kept[key] = _new_cursor(conn, query, row_factory)
     return cursor
+
+
+# A statement converted once (Query.positional) runs on a raw cursor, which
+# takes its $n placeholders as they are; on a connection with a cursor class
+# of its caller's choosing (a tx= connection's), the statement goes as written.
+_DEFAULT_CURSORS = (psycopg.Cursor, psycopg.AsyncCursor)
+_RAW_CURSORS = (psycopg.RawCursor, psycopg.AsyncRawCursor)
+
+
+def _new_cursor(conn: Any, query: Query, row_factory: Any) -> Any:
+    if query.positional is None or conn.cursor_factory not in _DEFAULT_CURSORS:
+        return conn.cursor(row_factory=row_factory)
+    raw = psycopg.AsyncRawCursor if isinstance(conn, psycopg.AsyncConnection) else psycopg.RawCursor
+    return raw(conn, row_factory=row_factory)
+
+
+def _bound(cursor: Any, query: Query) -> tuple[str, Any]:
+    """The text and parameters ``cursor`` takes for ``query``."""
+    if query.positional is not None and isinstance(cursor, _RAW_CURSORS):
+        return query.positional.sql, [query.params[name] for name in query.positional.names]
+    return query.sql, query.params
 
 
 # Every statement portqueue runs goes through execute_sync or fetch_async, the

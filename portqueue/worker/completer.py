@@ -198,6 +198,10 @@ class Completer:
                 self._writing = []
                 self._update_room()
 
+    def _limited(self, queues: set[str]) -> set[str]:
+        """Those of ``queues`` the fetcher claims with claim_limited."""
+        return set() if self.refill is None else self.refill.limited(queues)
+
     def _refills(self, batch: list[Outcome]) -> bool:
         """Whether writing ``batch`` claims for a limited queue (refill.py)."""
         return self.refill is not None and self.refill.claims_for(slot_freeing_queues(batch))
@@ -254,7 +258,9 @@ class Completer:
         snoozes = [o for o in batch if isinstance(o, Snoozed)]
         queries = []
         if completions:
-            queries.append(ops.complete_jobs(self.q, [c.as_json() for c in completions]))
+            queries.append(ops.complete_jobs(
+                self.q, [c.as_json() for c in completions],
+                self._limited({c.running.claimed.queue for c in completions})))
         if failures:
             queries.append(ops.fail_jobs(self.q, [f.as_json() for f in failures]))
         if snoozes:

@@ -191,6 +191,10 @@ class Fetcher:
         return (self._looping and not self._stopping()
                 and any(self._limits.refillable(name) for name in queues))
 
+    def limited(self, queues: Iterable[str]) -> set[str]:
+        """(the completer) Those of ``queues`` this loop claims with claim_limited."""
+        return {name for name in queues if self._limits.limited(name)}
+
     def refill_claims(self, freeing: Mapping[str, int], unwritten: Mapping[str, int],
                       ) -> tuple[dict[str, int], list[list[Query]]]:
         """(the completer) The limited claims to send in the transaction of

@@ -39,6 +39,9 @@ class Claims(Protocol):
     def refills(self, queues: Iterable[str]) -> bool:
         ...
 
+    def limited(self, queues: Iterable[str]) -> set[str]:
+        ...
+
     def refill_claims(self, freeing: Mapping[str, int], unwritten: Mapping[str, int],
                       ) -> tuple[dict[str, int], list[list[Query]]]:
         ...
@@ -61,6 +64,11 @@ class Refill:
         """Whether outcomes of these queues' jobs would claim with them (a
         look, no more: ``write`` decides)."""
         return self._claims.refills(queues)
+
+    def limited(self, queues: Iterable[str]) -> set[str]:
+        """Those of ``queues`` claimed with claim_limited: their outcomes free
+        slots other workers may wait for."""
+        return self._claims.limited(queues)
 
     async def write(self, queries: list[Query], freeing: Mapping[str, int],
                     unwritten: Mapping[str, int], *,

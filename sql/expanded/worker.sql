@@ -370,12 +370,13 @@ completed AS (
             WHEN d.status = 'completed' AND j.has_dependents AND NOT j.has_shared_dependents
             THEN EXISTS (SELECT FROM "portqueue".job AS seen
                          WHERE seen.ctid = j.ctid AND seen.id = j.id)
-            ELSE j.dependents_released END
+            ELSE j.dependents_released END,
+        limited = j.limited AND j.queue <> ALL (%(slots_freed_queues)s::text[])
     FROM d
     WHERE j.id = ANY (ARRAY(SELECT d.id FROM d))
       AND j.id = d.id AND j.lease_token = d.lease_token AND j.status::text = 'active'
       AND j.status IN ('pending', 'active', 'waiting')
-    RETURNING j.id, j.status, j.has_dependents
+    RETURNING j.id, j.status, j.has_dependents, j.queue
 ),
 released AS (
     UPDATE "portqueue".job AS c
@@ -386,8 +387,14 @@ released AS (
     WHERE c.depends_on && ARRAY(SELECT p.id FROM completed AS p
                                 WHERE p.has_dependents AND p.status::text = 'completed')
       AND cardinality(c.depends_on) = 1 AND c.status = 'waiting'
+),
+slots_freed AS (
+    SELECT pg_notify(%(job_channel)s, f.queue)
+    FROM (SELECT DISTINCT done.queue FROM completed AS done
+          WHERE done.queue = ANY (%(slots_freed_queues)s::text[])) AS f
 )
-SELECT coalesce(array_agg(id::text), '{}') AS ids FROM completed;
+SELECT coalesce(array_agg(done.id::text), '{}') AS ids
+FROM completed AS done CROSS JOIN (SELECT count(*) FROM slots_freed) AS woken;
 
 -- name: fail_jobs
 WITH failure AS (

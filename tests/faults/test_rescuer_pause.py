@@ -29,6 +29,7 @@ from psycopg.conninfo import make_conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from portqueue import PortQueue, _testing
+from portqueue import worker_operations as ops
 from portqueue.driver import execute_sync
 from portqueue.maintenance.rescuer import Rescuer
 from portqueue.settings import Settings
@@ -95,9 +96,9 @@ def write_effect_and_complete(pq: PortQueue, conn: psycopg.Connection[Any], job_
     effect, then the fenced completion (attempt 1, token 1). Rows completed."""
     conn.execute("INSERT INTO faults.effect (job_id, attempt, pid) VALUES (%s, 1, %s)",
                  [job_id, os.getpid()])
-    (row,) = execute_sync(conn, pq._settings.queries("complete_jobs", jobs=json.dumps([{
+    (row,) = execute_sync(conn, ops.complete_jobs(pq._settings.queries, [json.dumps({
         "id": job_id, "lease_token": 1, "status": "completed",
-        "output": {"pid": os.getpid(), "attempt": 1}, "progress": None, "attrs": None}])))
+        "output": {"pid": os.getpid(), "attempt": 1}, "progress": None, "attrs": None})]))
     return len(row["ids"])
 
 

@@ -16,6 +16,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from portqueue import PortQueue
+from portqueue import worker_operations as ops
 from portqueue.queries import Query, queries_for
 from portqueue.tx import from_psycopg
 from tests.support.activity import waiting_on_locks
@@ -38,7 +39,7 @@ def claim(db: Db, schema: str, queue: str, count: int) -> list[dict[str, Any]]:
 def completion(schema: str, rows: list[dict[str, Any]]) -> Query:
     jobs = [{"id": str(row["id"]), "lease_token": row["lease_token"], "status": "completed",
              "output": {"n": n}} for n, row in enumerate(rows)]
-    return queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
+    return ops.complete_jobs(queries_for(schema), [json.dumps(job) for job in jobs])
 
 
 def status(db: Db, schema: str, job_id: str) -> str:
@@ -121,7 +122,7 @@ def test_a_batch_releases_nothing_for_a_job_it_does_not_complete(
             # fenced out: an older attempt's token
             {"id": str(stale["id"]), "lease_token": stale["lease_token"] - 1,
              "status": "completed", "output": None}]
-    query = queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
+    query = ops.complete_jobs(queries_for(schema), [json.dumps(job) for job in jobs])
     (written,) = db.execute(query.sql, dict(query.params)).fetchone()  # type: ignore[misc]
     assert sorted(written) == sorted([str(done["id"]), str(stopped["id"])])
     assert [status(db, schema, str(c.job_id)) for c in children] == [

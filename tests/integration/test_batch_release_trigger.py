@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from portqueue import PortQueue
+from portqueue import worker_operations as ops
 from portqueue.queries import queries_for
 from portqueue.tx import from_psycopg
 from tests.integration.test_batch_release import claim, completion, status
@@ -92,7 +93,7 @@ def test_a_cancelled_completion_and_a_later_status_change_still_run_it(
     (row,) = claim(db, schema, "parents", 1)
     jobs = [{"id": str(row["id"]), "lease_token": row["lease_token"], "status": "cancelled",
              "output": None}]
-    query = queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
+    query = ops.complete_jobs(queries_for(schema), [json.dumps(job) for job in jobs])
     db.execute(query.sql, dict(query.params))
     assert status(db, schema, str(child.job_id)) == "cancelled"
     assert job_row(db, schema, str(parent.job_id))["dependents_released"] is False

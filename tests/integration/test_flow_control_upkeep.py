@@ -2,7 +2,8 @@
 a queue gained or lost its limits from its claims, a changed limit wakes the
 queue's workers, ``fetch_jobs`` follows a limit set after its first fetch, and
 maintenance forgets ended throttle windows in bounded batches; a slot freed by
-another session wakes a worker waiting for one.
+another session wakes a worker waiting for one, and a worker's batched
+completions send that wake-up once per queue.
 
 The workers poll every 30 s here, and their jobs block on gates, so nothing but
 the claims and the wake-ups under test can make them claim again in time.
@@ -18,6 +19,8 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue, Throttle
+from portqueue import worker_operations as ops
+from portqueue.driver import execute_sync
 from portqueue.maintenance.throttles import ThrottlePruner
 from portqueue.worker.job import Job
 from tests.pgbouncer import mode
@@ -171,3 +174,34 @@ def test_maintenance_forgets_ended_throttle_windows_in_batches(
     assert windows(db, schema) == ["k0", "k4"]
     _, again = run_once(ThrottlePruner, pg_dsn, schema)
     assert again == 0
+
+
+def test_a_workers_completions_wake_the_waiting_workers_once_per_queue(
+    client: PortQueue, pg_dsn: str, db: Db, schema: str,
+) -> None:
+    """The worker names the limited queues of its batch: complete_jobs sends
+    their wake-up itself and turns the flag off, so the row trigger (one
+    PL/pgSQL call per job) does not run for them; a limited job of a queue it
+    does not name still wakes through the trigger, its flag left on."""
+    if mode.poll_only():
+        pytest.skip("LISTEN through PgBouncer in transaction mode hears nothing")
+    client.add_jobs(queue="named", jobs=[{"data": n} for n in range(3)])
+    client.add_jobs(queue="unnamed", jobs=[{"data": n} for n in range(2)])
+    for queue in ("named", "unnamed"):
+        client.set_queue_limits(queue=queue, global_concurrency=5)
+    fetched = [*client.fetch_jobs(queue="named", limit=3),
+               *client.fetch_jobs(queue="unnamed", limit=2)]
+    assert active(db, schema, "named", limited=True) == 3
+    q = client._settings.queries
+    entries = [ops.completion_entry(job.job_id, job.lease_token, status="completed",
+                                    output_json="null") for job in fetched]
+    with psycopg.connect(pg_dsn, autocommit=True) as listener:
+        listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(q.job_channel)))
+        (row,) = execute_sync(db, ops.complete_jobs(q, entries, slots_freed_queues={"named"}))
+        woken = [n.payload for n in listener.notifies(timeout=2, stop_after=2)]
+    assert sorted(woken) == ["named", "unnamed"]
+    assert len(row["ids"]) == 5
+    flags = dict(db.execute(sql.SQL(
+        "SELECT queue, bool_or(limited) FROM {} WHERE status = 'completed' GROUP BY queue"
+    ).format(sql.Identifier(schema, "job"))).fetchall())
+    assert flags == {"named": False, "unnamed": True}

@@ -23,12 +23,13 @@ from psycopg import sql
 from psycopg.rows import dict_row
 
 from portqueue import AsyncPortQueue, PauseMode, PortQueue, QueuePausedError, operations
+from portqueue import worker_operations as ops
 from portqueue.driver import execute_sync, fetch_async, run_sync
 from portqueue.maintenance import maintenance_services
 from portqueue.queries import Query, queries_for
 from portqueue.types import AddJobResult
 from portqueue.worker.state import Claimed
-from tests.support.plans import plan_nodes
+from tests.support.plans import claim_statement, plan_nodes
 from tests.support.rows import count_jobs
 
 Db = psycopg.Connection[Any]
@@ -52,7 +53,7 @@ def claim_all(db: Db, schema: str, count: int) -> list[dict[str, Any]]:
 def completion(schema: str, rows: list[dict[str, Any]]) -> Query:
     jobs = [{"id": str(row["id"]), "lease_token": row["lease_token"], "status": "completed",
              "output": None} for row in rows]
-    return queries_for(schema)("complete_jobs", jobs=json.dumps(jobs))
+    return ops.complete_jobs(queries_for(schema), [json.dumps(job) for job in jobs])
 
 
 def test_a_completion_is_pinned_to_the_primary_key(pq: PortQueue, db: Db, schema: str) -> None:
@@ -288,3 +289,28 @@ async def test_the_worker_pool_runs_one_statement_alone_and_several_in_one_trans
     finally:
         await apq.stop()
         await apq.aclose()
+
+
+def test_a_long_statement_reaches_the_server_without_psycopgs_conversion(
+    pq: PortQueue, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``claim`` is past psycopg's conversion cache: it runs in the ``$n`` form
+    converted once (Query.positional), on the pool's connections as on a
+    worker's, and claims what it claims written out."""
+    import psycopg._queries
+
+    converted: list[bytes] = []  # what psycopg converted without its cache
+    convert = psycopg._queries._query2pg_nocache
+
+    def counted(query: bytes, *args: Any) -> Any:
+        converted.append(query)
+        return convert(query, *args)
+
+    monkeypatch.setattr(psycopg._queries, "_query2pg_nocache", counted)
+    job_id = pq.add_job(queue="long", data=1).job_id
+    claim = claim_statement(pq.schema, "claim", "long", 1)
+    assert claim.positional is not None
+    with pq._pool.connection() as conn:
+        (row,) = execute_sync(conn, claim)
+    assert row["id"] == job_id
+    assert converted == []

@@ -14,6 +14,7 @@ import psycopg
 from alembic import command
 
 from portqueue import PortQueue
+from portqueue import worker_operations as ops
 from portqueue.migrate import migrate, run_on_database
 from portqueue.queries import queries_for
 from tests.integration.test_batch_release import claim
@@ -64,9 +65,9 @@ def test_upgrade_adds_the_flag_and_downgrade_restores_the_trigger(
 
         parent, child = chain(pq, "batch")
         (row,) = claim(conn, "portqueue", "batch", 1)
-        query = queries_for("portqueue")("complete_jobs", jobs=json.dumps([
+        query = ops.complete_jobs(queries_for("portqueue"), [json.dumps(
             {"id": parent, "lease_token": row["lease_token"], "status": "completed",
-             "output": None}]))
+             "output": None})])
         assert settle_calls(conn, query.sql, dict(query.params)) == 0
         assert job_row(conn, "portqueue", child)["status"] == "pending"
         assert job_row(conn, "portqueue", parent)["dependents_released"] is True

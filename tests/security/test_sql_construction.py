@@ -60,8 +60,8 @@ def test_the_checker_reads_the_real_sinks() -> None:
     # drivers' execute calls and the named-query loader are there to see.
     sources = {path: (ROOT / path).read_text() for path in (
         "portqueue/driver/__init__.py", "portqueue/queries.py")}
-    assert "cursor.execute(query.sql" in sources["portqueue/driver/__init__.py"]
+    assert "cursor.execute(*_bound(cursor, query))" in sources["portqueue/driver/__init__.py"]
     planted = sources["portqueue/driver/__init__.py"].replace(
-        "cursor.execute(query.sql, query.params)",
+        "cursor.execute(*_bound(cursor, query))",
         'cursor.execute(f"SELECT * FROM {query.name}", query.params)')
     assert check_source(planted, "portqueue/driver/__init__.py")
