@@ -13,7 +13,6 @@ docs/schema.md quotes.
 from __future__ import annotations
 
 import json
-import re
 import sys
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from psycopg import sql
 
 from portqueue import PortQueue
-from portqueue.queries import Query
+from portqueue.queries import Query, positional
 from portqueue.worker import connections
 from tests.support.plans import claim_statement, explain, load_history, plan_nodes
 from tests.support.rows import insert_pending
@@ -110,19 +109,13 @@ def test_delayed_jobs_at_a_higher_priority_cost_a_claim_nothing(
 def generic_plan(db: Db, query: Query) -> dict[str, Any]:
     """EXPLAIN ANALYZE of ``query`` on the plan the worker's claim session
     runs it on: prepared, under plan_cache_mode = force_generic_plan (rolled back)."""
-    names: list[str] = []
-
-    def position(match: re.Match[str]) -> str:
-        if match[1] not in names:
-            names.append(match[1])
-        return f"${names.index(match[1]) + 1}"
-
     # Every parameter of the claim carries its cast, so PREPARE infers its type.
-    prepared = re.sub(r"%\((\w+)\)s", position, query.sql).replace("%%", "%")
+    prepared = positional(query.sql)
     db.execute("SET plan_cache_mode = force_generic_plan")
-    db.execute(sql.SQL("PREPARE claim_generic AS {}").format(sql.SQL(prepared)))
+    db.execute(sql.SQL("PREPARE claim_generic AS {}").format(sql.SQL(prepared.sql)))
     try:
-        arguments = sql.SQL(", ").join(sql.Literal(query.params[name]) for name in names)
+        arguments = sql.SQL(", ").join(sql.Literal(query.params[name])
+                                       for name in prepared.names)
         with db.transaction(force_rollback=True):
             ((result,),) = psycopg.ClientCursor(db).execute(sql.SQL(
                 "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF, TIMING OFF, FORMAT JSON) "
