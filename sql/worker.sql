@@ -133,27 +133,7 @@ candidates AS (
     ) AS r
     WHERE r.rank <= r.slots
 ),
--- The distinct patterns of each queue's pending jobs, one probe each.
-present (queue, pattern) AS (
-    SELECT w.queue, (
-        SELECT j.preferred_instance_key_pattern FROM {schema}.job AS j
-        WHERE j.queue = w.queue AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern IS NOT NULL
-        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
-    FROM wanted AS w
-    WHERE EXISTS (
-        SELECT FROM {schema}.job AS j
-        WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL)
-    UNION ALL
-    SELECT p.queue, (
-        SELECT j.preferred_instance_key_pattern FROM {schema}.job AS j
-        WHERE j.queue = p.queue AND j.status = 'pending'
-          AND j.preferred_instance_key_pattern > p.pattern
-        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
-    FROM present AS p
-    WHERE p.pattern IS NOT NULL
-),
-{claimable},
+{present_patterns(queues => wanted AS w)},
 claimed AS (
     UPDATE {schema}.job AS j
     SET {claim_set}
@@ -164,7 +144,7 @@ claimed AS (
     -- the join to primary-key lookups: the claim costs what it claims. The
     -- status names where the rows are, so on a partitioned job table the
     -- UPDATE is planned (and locks) the live partition only (retention.md).
-    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT c.id FROM candidates AS c))
       AND j.status = 'pending'
     -- The columns of portqueue.worker.state.Claimed, in its order: each row
     -- becomes one as a plain tuple. Text, not uuid or jsonb: the worker passes
@@ -174,14 +154,7 @@ claimed AS (
 )
 SELECT * FROM claimed
 UNION ALL
--- At most 64 patterns a claim to judge (the worker judges a few of them).
-(SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-        NULL, NULL, NULL, NULL, NULL, NULL
- FROM present AS p
- WHERE p.pattern IS NOT NULL
-   AND p.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
-   AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
- LIMIT 64)
+{unjudged_markers}
 UNION ALL
 {limited_markers(queues => %(queues)s::text[], slots => %(slots)s::integer[])};
 
@@ -274,6 +247,44 @@ CROSS JOIN LATERAL (
         queue => wanted.queue, clock => now(), limit => wanted.slots,
         lease_seconds => wanted.lease_seconds, range => {range})}
 ) AS c
+
+-- fragment: present_patterns(queues)
+-- The distinct patterns of the pending jobs of each of queues (a relation
+-- aliased w, with a queue column), one probe of job_claim_patterned_idx each
+-- (a loose index scan), skipped by one probe when no pending job anywhere
+-- names a pattern (claim, claim_limited): the patterns a claim reports
+-- unjudged (unjudged_markers).
+present (queue, pattern) AS (
+    SELECT w.queue, (
+        SELECT j.preferred_instance_key_pattern FROM {schema}.job AS j
+        WHERE j.queue = w.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NOT NULL
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM {queues}
+    WHERE EXISTS (
+        SELECT FROM {schema}.job AS j
+        WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL)
+    UNION ALL
+    SELECT p.queue, (
+        SELECT j.preferred_instance_key_pattern FROM {schema}.job AS j
+        WHERE j.queue = p.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern > p.pattern
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM present AS p
+    WHERE p.pattern IS NOT NULL
+)
+
+-- fragment: unjudged_markers
+-- The patterns present (present_patterns) the worker has judged neither way:
+-- one 'unjudged' row each, the pattern in data_json, taking no slot; at most
+-- 64 a claim (the worker judges a few of them before its next claim).
+(SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL
+ FROM present AS p
+ WHERE p.pattern IS NOT NULL
+   AND p.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+   AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
+ LIMIT 64)
 
 -- fragment: limited_markers(queues, slots)
 -- A queue passed over for its limits says so ('limited' row): the worker
@@ -636,8 +647,8 @@ keyed AS (
             lease_seconds => %(lease_seconds)s::integer, top => k.priority,
             range => j.partition_key = k.partition_key
                      AND (j.preferred_instance_key_pattern IS NULL
-                          OR j.preferred_instance_key_pattern NOT IN (
-                                 SELECT unnest(%(refused_patterns)s::text[]))),
+                          OR j.preferred_instance_key_pattern IN (
+                                 SELECT unnest(%(matching_patterns)s::text[]))),
             limit =>
                 greatest(0, least(
                     (SELECT b.n FROM budget AS b),
@@ -653,8 +664,9 @@ keyed AS (
 -- are in job_claim_idx, those with a key (no pattern) in job_claim_keyed_idx,
 -- read only when the queue is not limited per key (a one-time filter), so a
 -- queue limited per key reads none of its keyed jobs here (migration 0017).
--- Jobs with a pattern are in job_claim_patterned_idx, by pattern: the
--- queue's pending ones not refused are read and sorted.
+-- Jobs with a pattern are in job_claim_patterned_idx, by pattern: one range
+-- per pattern the worker matches, as claim reads them; the patterns not
+-- judged yet are found by their own probe (present) and reported.
 unkeyed AS (
     SELECT u.* FROM (
         SELECT * FROM (
@@ -672,15 +684,15 @@ unkeyed AS (
                          AND NOT (SELECT l.by_key FROM limits AS l))}
         ) AS keyed_unlimited
         UNION ALL
-        SELECT * FROM (
-            {due_jobs(
+        SELECT c.*
+        FROM unnest(%(matching_patterns)s::text[]) AS p (pattern)
+        CROSS JOIN LATERAL (
+            {ready_range(
                 queue => %(queue)s, clock => statement_timestamp(),
                 lease_seconds => %(lease_seconds)s::integer, limit => (SELECT b.n FROM budget AS b),
-                range => j.preferred_instance_key_pattern IS NOT NULL
-                         AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
-                         AND j.preferred_instance_key_pattern NOT IN (
-                                 SELECT unnest(%(refused_patterns)s::text[])))}
-        ) AS patterned
+                range => j.preferred_instance_key_pattern = p.pattern
+                         AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l)))}
+        ) AS c
     ) AS u
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
@@ -690,13 +702,13 @@ candidates AS (
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
 ),
-{claimable},
+{present_patterns(queues => (SELECT %(queue)s::text AS queue) AS w)},
 claimed AS (
     UPDATE {schema}.job AS j
     SET {claim_set},
         limited = true
     FROM candidates AS c
-    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT c.id FROM candidates AS c))
       AND j.status = 'pending'
     RETURNING {claimed_columns}, j.partition_key
 ),
@@ -725,11 +737,7 @@ SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_
        c.traceparent, c.parent_outputs_json
 FROM claimed AS c
 UNION ALL
-SELECT c.id::text, %(queue)s, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL
-FROM candidates AS c
-WHERE c.pattern IS NOT NULL
-  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+{unjudged_markers}
 UNION ALL
 -- The earliest moment a start leaves the window: before it, no more can start.
 SELECT NULL, %(queue)s, 'rate_limited',
@@ -806,9 +814,8 @@ LIMIT {limit}
 -- Up to limit of queue's pending jobs in range, due by clock, in claim order,
 -- skipping rows other claimers hold: one index scan that stops at limit, and
 -- at the first job not due when range is one priority level (ready_range).
--- Alone, for a range not in index order (claim_limited's patterned range:
--- read and sorted). The columns are what candidates sorts and claim_set
--- reads (pattern is NULL in a range of jobs without one).
+-- The columns are what candidates sorts and claim_set reads (pattern is NULL
+-- in a range of jobs without one).
 SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
        (j.expire_at IS NOT NULL AND j.expire_at <= {clock}) AS expired,
        j.preferred_instance_key_pattern AS pattern,
@@ -820,16 +827,6 @@ WHERE j.queue = {queue} AND j.status = 'pending'
 ORDER BY j.priority DESC, j.start_after, j.seq
 LIMIT {limit}
 FOR UPDATE OF j SKIP LOCKED
-
--- fragment: claimable
--- What a claim takes of its candidates (alias candidates: id, pattern): no
--- pattern, or one judged to match. The rest name a pattern not judged yet.
--- Shared by claim and claim_limited.
-claimable AS (
-    SELECT c.id FROM candidates AS c
-    WHERE c.pattern IS NULL
-       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
-)
 
 -- fragment: claim_set
 -- The SET of a claim's UPDATE, from its candidates (alias c: expired,

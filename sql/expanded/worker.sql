@@ -200,11 +200,6 @@ present (queue, pattern) AS (
     FROM present AS p
     WHERE p.pattern IS NOT NULL
 ),
-claimable AS (
-    SELECT c.id FROM candidates AS c
-    WHERE c.pattern IS NULL
-       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
-),
 claimed AS (
     UPDATE "portqueue".job AS j
     SET status = CASE WHEN c.expired THEN 'expired' ELSE 'active' END::"portqueue".job_status,
@@ -216,7 +211,7 @@ claimed AS (
                                 ELSE statement_timestamp() + make_interval(secs => c.lease_seconds) END,
         worker_id = %(worker_id)s
     FROM candidates AS c
-    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT c.id FROM candidates AS c))
       AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
@@ -585,8 +580,8 @@ keyed AS (
             SELECT (SELECT j.priority FROM "portqueue".job AS j
                     WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.partition_key = k.partition_key
                                                                        AND (j.preferred_instance_key_pattern IS NULL
-                                                                            OR j.preferred_instance_key_pattern NOT IN (
-                                                                                   SELECT unnest(%(refused_patterns)s::text[]))) AND j.priority < lv.priority
+                                                                            OR j.preferred_instance_key_pattern IN (
+                                                                                   SELECT unnest(%(matching_patterns)s::text[]))) AND j.priority < lv.priority
                     ORDER BY j.priority DESC LIMIT 1)
             FROM levels AS lv
             WHERE lv.priority IS NOT NULL
@@ -601,8 +596,8 @@ keyed AS (
             WHERE j.queue = %(queue)s AND j.status = 'pending'
               AND j.partition_key = k.partition_key
             AND (j.preferred_instance_key_pattern IS NULL
-            OR j.preferred_instance_key_pattern NOT IN (
-                   SELECT unnest(%(refused_patterns)s::text[]))) AND j.priority = lv.priority
+            OR j.preferred_instance_key_pattern IN (
+                   SELECT unnest(%(matching_patterns)s::text[]))) AND j.priority = lv.priority
               AND j.start_after <= statement_timestamp()
             ORDER BY j.priority DESC, j.start_after, j.seq
             LIMIT greatest(0, least(
@@ -689,22 +684,40 @@ unkeyed AS (
             LIMIT (SELECT b.n FROM budget AS b)
         ) AS keyed_unlimited
         UNION ALL
-        SELECT * FROM (
-            SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
-                   (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
-                   j.preferred_instance_key_pattern AS pattern,
-                   %(lease_seconds)s::integer AS lease_seconds
-            FROM "portqueue".job AS j
-            WHERE j.queue = %(queue)s AND j.status = 'pending'
-              AND j.preferred_instance_key_pattern IS NOT NULL
-                  AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l))
-                  AND j.preferred_instance_key_pattern NOT IN (
-                          SELECT unnest(%(refused_patterns)s::text[]))
-              AND j.start_after <= statement_timestamp()
-            ORDER BY j.priority DESC, j.start_after, j.seq
+        SELECT c.*
+        FROM unnest(%(matching_patterns)s::text[]) AS p (pattern)
+        CROSS JOIN LATERAL (
+            WITH RECURSIVE levels (priority) AS (
+                SELECT (SELECT j.priority FROM "portqueue".job AS j
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern
+                                                                           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l)) AND true
+                        ORDER BY j.priority DESC LIMIT 1)
+                UNION ALL
+                SELECT (SELECT j.priority FROM "portqueue".job AS j
+                        WHERE j.queue = %(queue)s AND j.status = 'pending' AND j.preferred_instance_key_pattern = p.pattern
+                                                           AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l)) AND j.priority < lv.priority
+                        ORDER BY j.priority DESC LIMIT 1)
+                FROM levels AS lv
+                WHERE lv.priority IS NOT NULL
+            )
+            SELECT c.* FROM levels AS lv
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.partition_key, j.priority, j.start_after, j.seq,
+                       (j.expire_at IS NOT NULL AND j.expire_at <= statement_timestamp()) AS expired,
+                       j.preferred_instance_key_pattern AS pattern,
+                       %(lease_seconds)s::integer AS lease_seconds
+                FROM "portqueue".job AS j
+                WHERE j.queue = %(queue)s AND j.status = 'pending'
+                  AND j.preferred_instance_key_pattern = p.pattern
+                AND (j.partition_key IS NULL OR NOT (SELECT l.by_key FROM limits AS l)) AND j.priority = lv.priority
+                  AND j.start_after <= statement_timestamp()
+                ORDER BY j.priority DESC, j.start_after, j.seq
+                LIMIT (SELECT b.n FROM budget AS b)
+                FOR UPDATE OF j SKIP LOCKED
+            ) AS c
+            WHERE lv.priority IS NOT NULL
             LIMIT (SELECT b.n FROM budget AS b)
-            FOR UPDATE OF j SKIP LOCKED
-        ) AS patterned
+        ) AS c
     ) AS u
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
@@ -714,10 +727,24 @@ candidates AS (
     ORDER BY u.priority DESC, u.start_after, u.seq
     LIMIT (SELECT b.n FROM budget AS b)
 ),
-claimable AS (
-    SELECT c.id FROM candidates AS c
-    WHERE c.pattern IS NULL
-       OR c.pattern IN (SELECT unnest(%(matching_patterns)s::text[]))
+present (queue, pattern) AS (
+    SELECT w.queue, (
+        SELECT j.preferred_instance_key_pattern FROM "portqueue".job AS j
+        WHERE j.queue = w.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern IS NOT NULL
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM (SELECT %(queue)s::text AS queue) AS w
+    WHERE EXISTS (
+        SELECT FROM "portqueue".job AS j
+        WHERE j.status = 'pending' AND j.preferred_instance_key_pattern IS NOT NULL)
+    UNION ALL
+    SELECT p.queue, (
+        SELECT j.preferred_instance_key_pattern FROM "portqueue".job AS j
+        WHERE j.queue = p.queue AND j.status = 'pending'
+          AND j.preferred_instance_key_pattern > p.pattern
+        ORDER BY j.preferred_instance_key_pattern LIMIT 1)
+    FROM present AS p
+    WHERE p.pattern IS NOT NULL
 ),
 claimed AS (
     UPDATE "portqueue".job AS j
@@ -731,7 +758,7 @@ claimed AS (
         worker_id = %(worker_id)s,
         limited = true
     FROM candidates AS c
-    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT id FROM claimable))
+    WHERE j.id = c.id AND j.id = ANY (ARRAY(SELECT c.id FROM candidates AS c))
       AND j.status = 'pending'
     RETURNING j.id::text AS id, j.queue, j.status::text AS status, j.data::text AS data_json,
               j.attempt, j.max_attempts, j.group_id, j.lease_token, j.timeout_seconds,
@@ -769,11 +796,13 @@ SELECT c.id, c.queue, c.status, c.data_json, c.attempt, c.max_attempts, c.group_
        c.traceparent, c.parent_outputs_json
 FROM claimed AS c
 UNION ALL
-SELECT c.id::text, %(queue)s, 'unjudged', c.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL, NULL, NULL, NULL, NULL
-FROM candidates AS c
-WHERE c.pattern IS NOT NULL
-  AND c.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+(SELECT NULL, p.queue, 'unjudged', p.pattern, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+        NULL, NULL, NULL, NULL, NULL, NULL
+ FROM present AS p
+ WHERE p.pattern IS NOT NULL
+   AND p.pattern NOT IN (SELECT unnest(%(matching_patterns)s::text[]))
+   AND p.pattern NOT IN (SELECT unnest(%(refused_patterns)s::text[]))
+ LIMIT 64)
 UNION ALL
 SELECT NULL, %(queue)s, 'rate_limited',
        greatest(0.0, extract(epoch FROM

@@ -23,7 +23,7 @@ from psycopg import sql
 from portqueue import PortQueue
 from portqueue.queries import Query, positional
 from portqueue.worker import connections
-from tests.support.plans import claim_statement, explain, load_history, plan_nodes
+from tests.support.plans import DELAYED, claim_statement, explain, load_history, plan_nodes
 from tests.support.rows import insert_pending
 
 Db = psycopg.Connection[Any]
@@ -58,7 +58,8 @@ def test_the_claim_reads_a_few_pages_whatever_the_history(pq: PortQueue, db: Db,
     assert buffers <= MAX_BUFFERS, f"{buffers} buffers for a claim of {CLAIMED}"
 
 
-CLAIM_INDEXES = {"job_claim_idx", "job_claim_keyed_idx", "job_partition_idx"}
+CLAIM_INDEXES = {"job_claim_idx", "job_claim_keyed_idx", "job_partition_idx",
+                 "job_claim_patterned_idx"}
 # A claim of 10 descends the claim index once per priority level and once
 # for the ready range: a few pages each, and as many again per partition key.
 # Walking the delayed entries in front of the ready ones reads a hundred leaf
@@ -66,6 +67,7 @@ CLAIM_INDEXES = {"job_claim_idx", "job_claim_keyed_idx", "job_partition_idx"}
 MAX_CLAIM_INDEX_BUFFERS = 40
 MAX_CLAIM_INDEX_BUFFERS_PER_KEY = 12
 DELAYED_PER_KEY = 5_000
+PATTERN = "^worker-"
 
 
 def claim_index_buffers(root: dict[str, Any]) -> int:
@@ -75,7 +77,8 @@ def claim_index_buffers(root: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("name", ["claim", "claim_plain", "claim_limited",
-                                  "claim_limited_by_key"])
+                                  "claim_limited_by_key", "claim_patterned",
+                                  "claim_limited_patterned"])
 def test_delayed_jobs_at_a_higher_priority_cost_a_claim_nothing(
     pq: PortQueue, db: Db, schema: str, name: str,
 ) -> None:
@@ -92,12 +95,21 @@ def test_delayed_jobs_at_a_higher_priority_cost_a_claim_nothing(
                                start_after="tomorrow")
                 insert_pending(db, schema, "plan", 2, 0, partition_key=f"k{key}")
         db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
+    elif name.endswith("_patterned"):
+        # Jobs that name a pattern are read by pattern (job_claim_patterned_idx),
+        # a range per pattern the worker matches, one level at a time too.
+        with db.transaction():
+            insert_pending(db, schema, "plan", DELAYED, 5, start_after="tomorrow",
+                           preferred_instance_key_pattern=PATTERN)
+            insert_pending(db, schema, "plan", READY, 0, preferred_instance_key_pattern=PATTERN)
+        db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
     else:
         pq.add_jobs(queue="plan", jobs=[{"data": {"n": n}} for n in range(READY)])
-        if name == "claim_limited":
-            pq.set_queue_limits(queue="plan", global_concurrency=100)
-    kind = "claim_limited" if name.startswith("claim_limited") else name
-    (result,) = explain(db, claim_statement(schema, kind, "plan", CLAIMED), fmt="JSON")
+    if name in ("claim_limited", "claim_limited_patterned"):
+        pq.set_queue_limits(queue="plan", global_concurrency=100)
+    kind = "claim_limited" if name.startswith("claim_limited") else name.removesuffix("_patterned")
+    query = claim_statement(schema, kind, "plan", CLAIMED, matching=[PATTERN])
+    (result,) = explain(db, query, fmt="JSON")
     root = result["Plan"]
     assert root["Actual Rows"] == CLAIMED, json.dumps(root, indent=1)
     read = claim_index_buffers(root)

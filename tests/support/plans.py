@@ -4,7 +4,7 @@ EXPLAIN ANALYZE of one (rolled back), and reading an EXPLAIN (FORMAT JSON) plan.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -45,18 +45,21 @@ def load_history(db: Db, schema: str, *, delayed_priority: int = 0) -> None:
     db.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(schema, "job")))
 
 
-def claim_statement(schema: str, name: str, queue: str, slots: int) -> Query:
+def claim_statement(schema: str, name: str, queue: str, slots: int, *,
+                    matching: Sequence[str] = (), refused: Sequence[str] = ()) -> Query:
     """The claim ``name`` (claim, claim_plain or claim_limited) a worker with
-    ``slots`` free slots on ``queue`` sends, matching no pattern."""
+    ``slots`` free slots on ``queue`` sends, having judged the patterns
+    ``matching`` to match its key and ``refused`` not to (none by default)."""
     q, worker_id = queries_for(schema), str(uuid.uuid4())
+    patterns = {"matching_patterns": list(matching), "refused_patterns": list(refused)}
     if name == "claim_plain":
         return ops.claim_plain(q, slots={queue: slots}, lease_seconds={queue: 60},
                                worker_id=worker_id)
     if name == "claim_limited":
         return ops.claim_limited(q, queue=queue, slots=slots, lease_seconds=60,
-                                 matching_patterns=[], refused_patterns=[], worker_id=worker_id)
-    return ops.claim(q, slots={queue: slots}, lease_seconds={queue: 60},
-                     matching_patterns=[], refused_patterns=[], worker_id=worker_id)
+                                 worker_id=worker_id, **patterns)
+    return ops.claim(q, slots={queue: slots}, lease_seconds={queue: 60}, worker_id=worker_id,
+                     **patterns)
 
 
 def explain(db: Db, query: Query, *, fmt: str) -> Any:
