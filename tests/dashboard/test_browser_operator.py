@@ -121,11 +121,14 @@ def test_activity_charts(page: Any, pq: PortQueue, db: Db, schema: str) -> None:
     # a slow patch (start latency) ten minutes ago.
     ids = [str(r.job_id) for r in pq.add_jobs(
         queue="emails", jobs=[{"data": {"n": n}} for n in range(400)])]
+    # One minute for all 400 updates: each one's own now() would move the
+    # later ones a bucket along when the updates straddle a minute's end.
+    (anchor,) = db.execute("SELECT date_trunc('minute', now())::text").fetchone() or ("",)
     for n, job_id in enumerate(ids):
         minute = n % 50
         failed = 18 <= minute <= 22 and n % 3 == 0
         latency = 0.05 + (6.0 if 8 <= minute <= 11 else 0.0) + (n % 7) * 0.03
-        at = f"date_trunc('minute', now()) - interval '{minute} min' + interval '{n % 50} s'"
+        at = f"'{anchor}'::timestamptz - interval '{minute} min' + interval '{n % 50} s'"
         update_job(db, schema, job_id,
                    f"status = '{'failed' if failed else 'completed'}', attempt = 1, "
                    f"started_at = {at}, finished_at = {at} + interval '1 s', "
